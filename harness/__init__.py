@@ -1,0 +1,1 @@
+"""Host-side package of the harness: CLI, study config, sandbox, agent loop, budgets, transcripts."""
