@@ -1,0 +1,1 @@
+"""Grading package: runs INSIDE the grading container only. Never imports ``harness``."""

@@ -1,0 +1,54 @@
+"""The task packet's public declaration (``packet.yaml``).
+
+It lives in ``grading`` because the grader reads it too and ``grading`` never imports
+``harness``; the harness imports it from here so there is one definition.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+ConfigurationName = Literal["cpu-1", "gloo-ddp-2", "gloo-fsdp-2", "cuda-ddp-2", "cuda-fsdp-2"]
+
+# Configurations that need GPUs; everything else runs on a CPU-only machine.
+CUDA_CONFIGURATIONS: frozenset[str] = frozenset({"cuda-ddp-2", "cuda-fsdp-2"})
+
+
+class PacketSpec(BaseModel):
+    """What ``task_packets/<task>/packet.yaml`` declares; every field is public to the agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    title: str
+    configurations: list[ConfigurationName] = Field(min_length=1)
+    # Globs (fnmatch, relative to repo/) the agent is asked to edit; the grader ignores changes
+    # elsewhere by restoring those paths from the baseline.
+    editable_paths: list[str] = Field(min_length=1)
+    # Globs restored from the pristine baseline before grading (public tests at least).
+    protected_paths: list[str] = Field(default_factory=list)
+    public_test_command: str
+    public_test_timeout_s: float = 300.0
+    # One command per declared configuration: a full training run the agent may launch.
+    candidate_commands: dict[ConfigurationName, str] = Field(default_factory=dict)
+    candidate_timeout_s: float = 300.0
+    # Default budget limits (validated by the harness's Budget model).
+    default_budget: dict[str, float] = Field(default_factory=dict)
+
+
+def load_packet_spec(path: Path) -> PacketSpec:
+    """Parse and validate a ``packet.yaml``; raises ``ValueError`` naming the file on bad input."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read packet file {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError(f"packet file {path} must hold a mapping, got {type(raw).__name__}")
+    try:
+        return PacketSpec.model_validate(raw)
+    except Exception as exc:  # pydantic.ValidationError; re-raised with the file named
+        raise ValueError(f"invalid packet file {path}: {exc}") from exc
