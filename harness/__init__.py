@@ -1,1 +1,1 @@
-"""Host-side package of the harness: CLI, study config, sandbox, agent loop, budgets, transcripts."""
+"""Host-side package of the harness: CLI, study, sandbox, agent loop, budgets, transcripts."""

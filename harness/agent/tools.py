@@ -1,0 +1,259 @@
+"""The agent's tools, defined once as data so both arms share them, and their execution.
+
+Each tool runs in the session's container: commands through ``Sandbox.exec`` (timeout
+bounded by the time left), file reads and edits through the image's ``harness-tool``,
+writes through ``put_archive``. Nothing here touches the host's copy of the task.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from grading.packet import CUDA_CONFIGURATIONS
+from harness.budget import ComputeCategory, Ledger
+from harness.packets import TaskPacket
+from harness.sandbox import WORKSPACE, Sandbox
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: name, description and a JSON-schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def api_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "parameters": self.parameters}
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required,
+            "additionalProperties": False}
+
+
+_PATH = {"type": "string", "description": "path relative to /workspace"}
+
+COMMON_TOOLS: list[ToolSpec] = [
+    ToolSpec(
+        name="bash",
+        description="Run a bash command in /workspace (no network). Output is cut "
+        "head-and-tail when long; the cut is marked.",
+        parameters=_schema({"command": {"type": "string"},
+                            "timeout_s": {"type": "number", "description": "default 300"}},
+                           ["command"]),
+    ),
+    ToolSpec(
+        name="read_file",
+        description="Show a text file with line numbers, optionally a line range.",
+        parameters=_schema({"path": _PATH, "start_line": {"type": "integer"},
+                            "end_line": {"type": "integer"}}, ["path"]),
+    ),
+    ToolSpec(
+        name="write_file",
+        description="Create or overwrite a file with the given content.",
+        parameters=_schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
+    ),
+    ToolSpec(
+        name="edit_file",
+        description="Replace one exact, unique occurrence of `old` with `new` in a file.",
+        parameters=_schema({"path": _PATH, "old": {"type": "string"},
+                            "new": {"type": "string"}}, ["path", "old", "new"]),
+    ),
+    ToolSpec(
+        name="run_public_tests",
+        description="Run the task's public test suite.",
+        parameters=_schema({}, []),
+    ),
+    ToolSpec(
+        name="run_candidate",
+        description="Launch one full training run of a declared configuration "
+        "(counted against the candidate-run budget).",
+        parameters=_schema({"configuration": {"type": "string"}}, ["configuration"]),
+    ),
+    ToolSpec(
+        name="submit",
+        description="Finish the session; your workspace as it is now is what gets graded.",
+        parameters=_schema({"summary": {"type": "string"}}, ["summary"]),
+    ),
+]
+
+# Extra tools an arm may add (filled by the TrainCheck diagnostic tool).
+EXTRA_TOOLS: dict[str, ToolSpec] = {}
+
+
+def tools_for_arm(extra_tools: list[str]) -> list[ToolSpec]:
+    unknown = [name for name in extra_tools if name not in EXTRA_TOOLS]
+    if unknown:
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"unknown extra tool(s) {unknown}", f"known: {sorted(EXTRA_TOOLS)}")
+    return COMMON_TOOLS + [EXTRA_TOOLS[name] for name in extra_tools]
+
+
+class ToolResult(BaseModel):
+    """What a tool call did; ``output`` is what the model sees."""
+
+    ok: bool
+    output: str
+    exit_code: int | None = None
+    timed_out: bool = False
+    duration_s: float = 0.0
+    output_bytes: int = 0
+    output_truncated: bool = False
+    artifact: str | None = None
+    kill: str = "none"
+    ends_session: bool = False
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolError(Exception):
+    """The call cannot be carried out as asked; the message goes back to the model."""
+
+
+def workspace_path(path: Any) -> str:
+    """An absolute container path under /workspace, or ToolError."""
+    if not isinstance(path, str) or not path.strip():
+        raise ToolError("path must be a non-empty string")
+    joined = posixpath.normpath(posixpath.join(WORKSPACE, path))
+    if joined != WORKSPACE and not joined.startswith(WORKSPACE + "/"):
+        raise ToolError(f"path {path!r} is outside /workspace")
+    return joined
+
+
+class ToolRunner:
+    """Executes tool calls for one session."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        packet: TaskPacket,
+        ledger: Ledger,
+        artifacts_dir: Path,
+        *,
+        default_timeout_s: float = 300.0,
+        gpus_available: bool = False,
+    ) -> None:
+        self.sandbox = sandbox
+        self.packet = packet
+        self.ledger = ledger
+        self.artifacts_dir = artifacts_dir
+        self.default_timeout_s = default_timeout_s
+        self.gpus_available = gpus_available
+        self._count = 0
+
+    def is_candidate_run(self, name: str) -> bool:
+        return name == "run_candidate"
+
+    def run(self, name: str, args: dict[str, Any]) -> ToolResult:
+        handler = getattr(self, f"_tool_{name}", None)
+        if handler is None:
+            return ToolResult(ok=False, output=f"unknown tool {name!r}")
+        self._count += 1
+        try:
+            return handler(**args)
+        except ToolError as exc:
+            return ToolResult(ok=False, output=f"error: {exc}")
+        except TypeError as exc:  # wrong or missing arguments from the model
+            return ToolResult(ok=False, output=f"error: bad arguments for {name}: {exc}")
+
+    # --- command tools ------------------------------------------------------------------
+
+    def _exec(
+        self, command: list[str] | str, timeout_s: float, category: ComputeCategory, label: str
+    ) -> ToolResult:
+        artifact = self.artifacts_dir / f"{self._count:04d}-{label}.log"
+        artifact.parent.mkdir(parents=True, exist_ok=True)
+        timeout = self.ledger.bounded_timeout(timeout_s)
+        result = self.sandbox.exec(command, timeout_s=timeout, artifact=artifact)
+        self.ledger.add_compute(category, result.duration_s)
+        output = result.output
+        if result.timed_out:
+            output += f"\n[harness: command timed out after {timeout:.0f} s and was killed]"
+        else:
+            output += f"\n[exit code {result.exit_code}]"
+        return ToolResult(
+            ok=not result.timed_out and result.exit_code == 0,
+            output=output,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            duration_s=result.duration_s,
+            output_bytes=result.output_bytes,
+            output_truncated=result.output_truncated,
+            artifact=str(artifact),
+            kill=result.kill,
+            details={"call_id": result.call_id, "kill_note": result.kill_note},
+        )
+
+    def _tool_bash(self, command: str, timeout_s: float | None = None) -> ToolResult:
+        return self._exec(command, timeout_s or self.default_timeout_s, "agent_tools", "bash")
+
+    def _tool_run_public_tests(self) -> ToolResult:
+        spec = self.packet.spec
+        return self._exec(spec.public_test_command, spec.public_test_timeout_s, "agent_tools",
+                          "public-tests")
+
+    def _tool_run_candidate(self, configuration: str) -> ToolResult:
+        spec = self.packet.spec
+        if configuration not in spec.candidate_commands:
+            raise ToolError(f"configuration {configuration!r} is not declared; "
+                            f"declared: {sorted(spec.candidate_commands)}")
+        if configuration in CUDA_CONFIGURATIONS and not self.gpus_available:
+            raise ToolError(f"{configuration} needs GPUs and this session has none")
+        return self._exec(spec.candidate_commands[configuration], spec.candidate_timeout_s,
+                          "candidate_runs", f"candidate-{configuration}")
+
+    # --- file tools ---------------------------------------------------------------------
+
+    def _tool_read_file(
+        self, path: str, start_line: int | None = None, end_line: int | None = None
+    ) -> ToolResult:
+        cmd = ["harness-tool", "read", workspace_path(path), "--start", str(start_line or 1)]
+        if end_line is not None:
+            cmd += ["--end", str(end_line)]
+        return self._exec(cmd, 60, "agent_tools", "read")
+
+    def _tool_edit_file(self, path: str, old: str, new: str) -> ToolResult:
+        # Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
+        if len(old.encode()) > 100_000 or len(new.encode()) > 100_000:
+            raise ToolError("edit too large for edit_file (over 100 kB); use write_file")
+        return self._exec(["harness-tool", "edit", workspace_path(path), old, new], 60,
+                          "agent_tools", "edit")
+
+    def _tool_write_file(self, path: str, content: str) -> ToolResult:
+        target = workspace_path(path)
+        if target == WORKSPACE:
+            raise ToolError("path must name a file")
+        started = time.monotonic()
+        data = content.encode()
+        rel = posixpath.relpath(target, WORKSPACE)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            parts = rel.split("/")
+            for depth in range(1, len(parts)):  # parent folders, owned by the agent
+                info = tarfile.TarInfo("/".join(parts[:depth]))
+                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, 1000, 1000
+                tar.addfile(info)
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o644, 1000, 1000
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        try:
+            self.sandbox.put_archive(WORKSPACE, buf.getvalue())
+        except Exception as exc:  # docker refuses e.g. writing over a directory
+            raise ToolError(f"cannot write {path}: {exc}") from exc
+        duration = time.monotonic() - started
+        self.ledger.add_compute("agent_tools", duration)
+        return ToolResult(ok=True, output=f"wrote {len(data)} bytes to {path}",
+                          duration_s=round(duration, 4))
+
+    def _tool_submit(self, summary: str = "") -> ToolResult:
+        return ToolResult(ok=True, output="submitted", ends_session=True,
+                          details={"summary": summary})

@@ -1,0 +1,167 @@
+"""The runs folder: attempt folders, session records and manifests.
+
+``runs/<study>/<session>/attempt-N/`` is created with an exclusive ``mkdir``, so two
+harness processes can never write the same attempt, and nothing recorded is overwritten:
+a rerun gets the next N. The session record is the one file rewritten in place (atomically)
+as the session moves from ``running`` to its end; the transcript beside it is append-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from harness.budget import Usage
+from harness.errors import HarnessError
+
+RECORD_NAME = "session.json"
+MANIFEST_NAME = "manifest.json"
+TRANSCRIPT_NAME = "transcript.jsonl"
+
+
+class DiffSummary(BaseModel):
+    sha256: str
+    bytes: int
+    files_changed: list[str] = Field(default_factory=list)
+
+
+class GradeSummary(BaseModel):
+    verdict: str
+    folder: str
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+class SessionRecord(BaseModel):
+    study: str
+    session_id: str
+    attempt: int
+    task: str
+    pair: int
+    arm: Literal["control", "treatment"]
+    seed: int
+    model: str
+    in_frozen_study: bool = True
+    packet_dir: str
+    hidden_dir: str
+    image: str
+    image_id: str
+    container: str | None = None
+    gpu_ids: list[str] = Field(default_factory=list)
+    status: Literal["running", "finished", "interrupted"] = "running"
+    outcome: str | None = None
+    error: str | None = None
+    harness_pid: int
+    host: str
+    started_at: str
+    ended_at: str | None = None
+    usage: Usage | None = None
+    diff: DiffSummary | None = None
+    grades: list[GradeSummary] = Field(default_factory=list)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(attempt_dir: Path, record: SessionRecord) -> None:
+    atomic_write(attempt_dir / RECORD_NAME, record.model_dump_json(indent=2).encode())
+
+
+def read_record(attempt_dir: Path) -> SessionRecord:
+    path = attempt_dir / RECORD_NAME
+    if not path.is_file():
+        raise HarnessError(f"{attempt_dir} holds no session record", "pass an attempt folder")
+    return SessionRecord.model_validate_json(path.read_text())
+
+
+def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
+    """Create the next ``attempt-N`` folder exclusively."""
+    session_root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        candidate = session_root / f"attempt-{n}"
+        try:
+            candidate.mkdir()
+            return candidate, n
+        except FileExistsError:
+            n += 1
+
+
+def new_numbered_dir(parent: Path, prefix: str) -> Path:
+    parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        try:
+            (parent / f"{prefix}-{n}").mkdir()
+            return parent / f"{prefix}-{n}"
+        except FileExistsError:
+            n += 1
+
+
+def resolve_attempt(ref: str, runs_root: Path) -> Path:
+    """An attempt folder from a path, or ``STUDY/SESSION`` (the latest attempt)."""
+    candidates = [Path(ref), runs_root / ref]
+    for path in candidates:
+        if (path / RECORD_NAME).is_file():
+            return path
+        attempts = sorted(path.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1]))
+        if attempts:
+            return attempts[-1]
+    raise HarnessError(
+        f"no session found at {ref!r}",
+        "pass an attempt folder (runs/<study>/<session>/attempt-N) or <study>/<session>",
+    )
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]:
+    """SHA-256 of every file under ``folder`` (symlinks by their target text)."""
+    files: dict[str, str] = {}
+    # os.walk does not follow symlinked folders; the agent's tree may hold links to anywhere.
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for entry in sorted(filenames + [d for d in dirnames if Path(dirpath, d).is_symlink()]):
+            path = Path(dirpath, entry)
+            rel = path.relative_to(folder).as_posix()
+            if rel == name:
+                continue
+            if path.is_symlink():
+                target = os.readlink(path).encode()
+                files[rel] = "symlink:" + hashlib.sha256(target).hexdigest()
+            elif path.is_file():
+                files[rel] = sha256_file(path)
+    files = dict(sorted(files.items()))
+    manifest = {"files": files, "count": len(files)}
+    atomic_write(folder / name, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
+    found = []
+    for path in sorted(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}")):
+        try:
+            found.append((path.parent, SessionRecord.model_validate_json(path.read_text())))
+        except ValueError:
+            continue  # a half-written record cannot exist (atomic writes); skip foreign files
+    return found

@@ -1,0 +1,378 @@
+"""One hardened Docker container per session, through the docker SDK.
+
+Lifecycle (plain and explicit, as in SWE-bench's harness): ``start`` creates a fresh named
+volume for ``/workspace`` and a fresh container, ``put_archive``/``get_archive`` move files,
+``exec`` runs commands under a host-held deadline, ``close`` removes container and volume on
+every path out. Nothing from the host is bind-mounted.
+
+Why a volume for ``/workspace``: with a read-only root filesystem ``put_archive`` fails on
+every path that is not a volume, tmpfs included, and ``get_archive`` cannot see tmpfs files
+(shared/notes/docker-sandbox.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+from pydantic import BaseModel, Field
+
+from harness.errors import HarnessError
+
+MANAGED_LABEL = "org.harness.managed"
+OWNER_PID_LABEL = "org.harness.owner-pid"
+OWNER_HOST_LABEL = "org.harness.owner-host"
+WORKSPACE = "/workspace"
+AGENT_USER = "1000:1000"
+KILL_COMMAND = "/usr/local/bin/harness-kill"
+
+
+class SandboxLimits(BaseModel):
+    """Resource limits of one container; every agent and grader container has all of them."""
+
+    memory_bytes: int = 6 * 1024**3
+    cpus: float = 2.0
+    pids: int = 512
+    tmp_bytes: int = 2 * 1024**3
+    shm_bytes: int = 256 * 1024**2
+    # What one exec returns inline (head + tail); the whole output goes to an artifact file.
+    shown_output_bytes: int = 64 * 1024
+    # Past this, an exec's output is no longer written to its artifact (the cut is recorded).
+    artifact_output_bytes: int = 256 * 1024**2
+
+
+class ExecResult(BaseModel):
+    """What one command did. ``output`` is capped; ``artifact`` holds everything printed."""
+
+    call_id: str
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool = False
+    duration_s: float
+    output: str
+    output_bytes: int
+    output_truncated: bool
+    artifact: Path | None = None
+    artifact_truncated: bool = False
+    kill: Literal["none", "marker", "init"] = "none"
+    kill_note: str = ""
+
+
+class _OutputSink:
+    """Keeps the head and tail of a stream in memory and the whole of it (to a cap) on disk."""
+
+    def __init__(self, artifact: Path | None, head: int, tail: int, artifact_cap: int) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.head_cap, self.tail_cap, self.artifact_cap = head, tail, artifact_cap
+        self.total = 0
+        self.artifact_truncated = False
+        self._file = artifact.open("wb") if artifact is not None else None
+
+    def write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self._file is not None:
+            room = self.artifact_cap - self._file.tell()
+            if len(chunk) > room:
+                self.artifact_truncated = True
+            if room > 0:
+                self._file.write(chunk[:room])
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def render_capped(head: bytes, tail: bytes, total: int, artifact: Path | None) -> str:
+    """Head and tail of an output with an explicit marker where the middle was cut."""
+    if total <= len(head) + len(tail):
+        return (head + tail).decode("utf-8", errors="replace")
+    cut = total - len(head) - len(tail)
+    where = f"; the whole output is in {artifact}" if artifact else ""
+    marker = (
+        f"\n[... harness: {cut} bytes cut here, {total} bytes in all, "
+        f"first {len(head)} and last {len(tail)} shown{where} ...]\n"
+    )
+    return head.decode("utf-8", errors="replace") + marker + tail.decode("utf-8", errors="replace")
+
+
+def host_id() -> str:
+    """Identifies this host's boot, so a cleanup never judges another machine's pids."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return os.uname().nodename
+
+
+def gpu_device_requests(gpu_ids: list[str]) -> list[DeviceRequest]:
+    """Explicit device IDs only: never ``count=-1`` ("all"), so sessions never share a GPU."""
+    if not gpu_ids:
+        return []
+    return [DeviceRequest(driver="nvidia", device_ids=list(gpu_ids), capabilities=[["gpu"]])]
+
+
+class Sandbox:
+    """A fresh, hardened container with its own ``/workspace`` volume."""
+
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        labels: dict[str, str],
+        limits: SandboxLimits | None = None,
+        gpu_ids: list[str] | None = None,
+        name_hint: str = "session",
+        environment: dict[str, str] | None = None,
+    ) -> None:
+        self.client = client
+        self.image = image
+        self.limits = limits or SandboxLimits()
+        self.gpu_ids = list(gpu_ids or [])
+        self.environment = dict(environment or {})
+        suffix = uuid.uuid4().hex[:8]
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name_hint)[:60]
+        self.name = f"harness-{safe}-{suffix}"
+        self.labels = {
+            MANAGED_LABEL: "1",
+            OWNER_PID_LABEL: str(os.getpid()),
+            OWNER_HOST_LABEL: host_id(),
+            **labels,
+        }
+        self.container: Any = None
+        self.volume: Any = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def container_spec(self, volume_name: str) -> dict[str, Any]:
+        """Keyword arguments of ``containers.create``; a pure function so tests can read it."""
+        lim = self.limits
+        return {
+            "image": self.image,
+            "command": ["/usr/local/bin/harness-init"],
+            "name": self.name,
+            "hostname": "sandbox",
+            "labels": self.labels,
+            "user": AGENT_USER,
+            "working_dir": WORKSPACE,
+            "network_mode": "none",
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "read_only": True,
+            "pids_limit": lim.pids,
+            "mem_limit": lim.memory_bytes,
+            "memswap_limit": lim.memory_bytes,  # no swap beyond the memory limit
+            "nano_cpus": int(lim.cpus * 1e9),
+            "shm_size": lim.shm_bytes,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"},
+            "volumes": {volume_name: {"bind": WORKSPACE, "mode": "rw"}},
+            "device_requests": gpu_device_requests(self.gpu_ids),
+            "environment": self.environment,
+            "detach": True,
+        }
+
+    def start(self) -> Sandbox:
+        try:
+            self.volume = self.client.volumes.create(name=self.name, labels=self.labels)
+            self.container = self.client.containers.create(**self.container_spec(self.volume.name))
+            self.container.start()
+        except docker.errors.ImageNotFound as exc:
+            self.close()
+            raise HarnessError(
+                f"image {self.image} is missing", "build it with `harness images build`"
+            ) from exc
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Remove the container and its volume; safe to call twice and on half-started ones."""
+        if self.container is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.container.remove(force=True, v=True)
+            self.container = None
+        if self.volume is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.volume.remove(force=True)
+            self.volume = None
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def container_id(self) -> str:
+        return str(self.container.id) if self.container is not None else ""
+
+    # --- files -------------------------------------------------------------------------
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        if not self.container.put_archive(path, data):
+            raise HarnessError(f"put_archive into {path} failed", "check the container is running")
+
+    def get_archive(self, path: str) -> Iterator[bytes]:
+        chunks, _stat = self.container.get_archive(path)
+        return chunks
+
+    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        """Write one file (uid/gid 1000) at an absolute container path under a volume."""
+        directory, name = os.path.split(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(content), mode, int(time.time())
+            info.uid = info.gid = 1000
+            info.uname = info.gname = "agent"
+            tar.addfile(info, io.BytesIO(content))
+        self.put_archive(directory or "/", buf.getvalue())
+
+    # --- commands ----------------------------------------------------------------------
+
+    def exec(
+        self,
+        command: list[str] | str,
+        *,
+        timeout_s: float,
+        artifact: Path | None = None,
+        env: dict[str, str] | None = None,
+        workdir: str = WORKSPACE,
+        user: str = AGENT_USER,
+    ) -> ExecResult:
+        """Run a command; past ``timeout_s`` every process it started is killed.
+
+        The deadline is held here on the host. Each call's processes carry a marker in their
+        environment; on timeout ``harness-kill`` kills every marked process (backgrounded and
+        re-parented children included). When no exec can start at all (a fork bomb at the
+        pids limit), PID 1 is signalled to kill everything but itself.
+        """
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        call_id = uuid.uuid4().hex[:16]
+        api = self.client.api
+        environment = {**(env or {}), "HARNESS_CALL_ID": call_id}
+        half = self.limits.shown_output_bytes // 2
+        sink = _OutputSink(artifact, half, half, self.limits.artifact_output_bytes)
+        started = time.monotonic()
+        try:
+            exec_id = api.exec_create(
+                self.container.id, argv, user=user, workdir=workdir, environment=environment
+            )["Id"]
+            stream = api.exec_start(exec_id, stream=True)
+        except docker.errors.APIError as exc:
+            raise HarnessError(
+                f"cannot start a command in {self.name}: {exc.explanation or exc}",
+                "the container may have died; see `docker logs` or rerun the session",
+            ) from exc
+
+        def pump() -> None:
+            for chunk in stream:
+                sink.write(chunk)
+
+        reader = threading.Thread(target=pump, name=f"exec-{call_id}", daemon=True)
+        reader.start()
+        reader.join(max(timeout_s, 0.0))
+        timed_out = reader.is_alive()
+        kill: Literal["none", "marker", "init"] = "none"
+        note = ""
+        if timed_out:
+            kill, note = self._kill_call(call_id)
+            reader.join(10)
+            if reader.is_alive() and kill != "init":
+                kill, note = "init", note + "; output stream stayed open, PID 1 killed the rest"
+                self._signal_init()
+                reader.join(10)
+        sink.close()
+        duration = time.monotonic() - started
+        exit_code = None
+        if not timed_out:
+            info = api.exec_inspect(exec_id)
+            exit_code = info.get("ExitCode")
+        return ExecResult(
+            call_id=call_id,
+            command=argv,
+            exit_code=exit_code,
+            timed_out=timed_out,
+            duration_s=round(duration, 4),
+            output=render_capped(bytes(sink.head), bytes(sink.tail), sink.total, artifact),
+            output_bytes=sink.total,
+            output_truncated=sink.total > len(sink.head) + len(sink.tail),
+            artifact=artifact,
+            artifact_truncated=sink.artifact_truncated,
+            kill=kill,
+            kill_note=note,
+        )
+
+    def _kill_call(self, call_id: str) -> tuple[Literal["marker", "init"], str]:
+        for attempt in range(5):
+            try:
+                out = self.container.exec_run([KILL_COMMAND, call_id], user=AGENT_USER)
+                if out.exit_code == 0:
+                    return "marker", f"killed {out.output.decode().strip()} processes"
+            except docker.errors.APIError:
+                pass  # typically: no pid left to start the killer (pids limit reached)
+            time.sleep(0.2 * (attempt + 1))
+        self._signal_init()
+        return "init", "the killer could not start; PID 1 killed every other process"
+
+    def _signal_init(self) -> None:
+        with contextlib.suppress(docker.errors.APIError):
+            self.container.kill(signal="SIGUSR1")
+        time.sleep(0.5)
+
+
+class OrphanReport(BaseModel):
+    containers: list[str] = Field(default_factory=list)
+    volumes: list[str] = Field(default_factory=list)
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """True when the harness process that created a resource still runs on this host."""
+    if labels.get(OWNER_HOST_LABEL) != host_id():
+        return False
+    try:
+        os.kill(int(labels.get(OWNER_PID_LABEL, "0")), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return int(labels.get(OWNER_PID_LABEL, "0")) > 0
+
+
+def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False) -> OrphanReport:
+    """Remove containers and volumes left by harness processes that no longer run."""
+    report = OrphanReport()
+    for container in client.containers.list(all=True, filters={"label": MANAGED_LABEL}):
+        if include_live or not owner_alive(container.labels):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True, v=True)
+                report.containers.append(container.name)
+    for volume in client.volumes.list(filters={"label": MANAGED_LABEL}):
+        labels = volume.attrs.get("Labels") or {}
+        if include_live or not owner_alive(labels):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                volume.remove(force=True)
+                report.volumes.append(volume.name)
+    return report

@@ -1,0 +1,165 @@
+"""The study file: tasks x pairs x arms, the model, budgets and seeds; and its assignment.
+
+Pairs are numbered across the whole study, task by task: with 2 tasks and 3 pairs per task,
+pairs 1-3 are the first task's and 4-6 the second's. Both arms of a pair share the task and
+the seed, so a pair differs only by its arm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.budget import Budget
+from harness.errors import HarnessError
+from harness.images import REPO_ROOT
+
+ArmName = Literal["control", "treatment"]
+
+
+class Arm(BaseModel):
+    """What one arm changes: its image and the extra tools it offers. Nothing else may differ."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: Literal["control", "treatment"]
+    extra_tools: list[str] = Field(default_factory=list)
+
+
+class TaskRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    packet: Path | None = None  # default: task_packets/<id>
+    hidden: Path | None = None  # default: hidden/<id>
+
+    def packet_dir(self) -> Path:
+        return _resolve(self.packet or Path("task_packets") / self.id)
+
+    def hidden_dir(self) -> Path:
+        return _resolve(self.hidden or Path("hidden") / self.id)
+
+
+class AgentSettings(BaseModel):
+    """The model every session of the study uses, and its call settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(pattern=r"^(scripted|openai|anthropic):.+$")
+    temperature: float | None = None
+    max_output_tokens: int = Field(default=4096, gt=0)
+    reasoning: dict[str, str | int | bool] = Field(default_factory=dict)
+    system_prompt: str | None = None
+
+
+class Study(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_-]*$")
+    description: str = ""
+    tasks: list[TaskRef] = Field(min_length=1)
+    pairs_per_task: int = Field(ge=1)
+    seed: int = 0
+    arms: dict[ArmName, Arm]
+    agent: AgentSettings
+    budget: Budget
+    runs_dir: Path = Path("runs")
+
+    @model_validator(mode="after")
+    def _arms_complete(self) -> Study:
+        if set(self.arms) != {"control", "treatment"}:
+            raise ValueError("arms must define exactly 'control' and 'treatment'")
+        if self.arms["control"].image != "control" or self.arms["control"].extra_tools:
+            raise ValueError("the control arm uses the control image and no extra tools")
+        if len({t.id for t in self.tasks}) != len(self.tasks):
+            raise ValueError("task ids must be unique")
+        return self
+
+    @property
+    def pair_count(self) -> int:
+        return len(self.tasks) * self.pairs_per_task
+
+    def runs_root(self) -> Path:
+        return _resolve(self.runs_dir) / self.name
+
+
+class Assignment(BaseModel):
+    """One session of the study: which task, pair, arm and seed."""
+
+    study: str
+    task: str
+    pair: int
+    arm: ArmName
+    seed: int
+
+    @property
+    def session_id(self) -> str:
+        return f"{self.task}-pair{self.pair}-{self.arm}"
+
+
+def _resolve(path: Path) -> Path:
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def load_study(path: Path) -> Study:
+    """Read and validate a study file; every problem is one HarnessError line."""
+    if not path.is_file():
+        raise HarnessError(f"study file {path} does not exist", "pass --study studies/<name>.yaml")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise HarnessError(f"study file {path} is not valid YAML{line}", "fix its syntax") from exc
+    if not isinstance(raw, dict):
+        raise HarnessError(f"study file {path} must be a YAML mapping", "see studies/demo.yaml")
+    try:
+        study = Study.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise HarnessError(
+            f"study file {path}: {loc}: {first['msg']} ({exc.error_count()} problem(s))",
+            "see studies/demo.yaml for the expected fields",
+        ) from exc
+    for task in study.tasks:
+        if not (task.packet_dir() / "packet.yaml").is_file():
+            raise HarnessError(
+                f"study {study.name}: task {task.id} has no packet at {task.packet_dir()}",
+                "set tasks[].packet to a folder holding packet.yaml",
+            )
+    return study
+
+
+def assignment(study: Study, pair: int, arm: str) -> Assignment:
+    if arm not in ("control", "treatment"):
+        raise HarnessError(f"unknown arm {arm!r}", "use --arm control or --arm treatment")
+    if not 1 <= pair <= study.pair_count:
+        raise HarnessError(
+            f"study {study.name} has pairs 1-{study.pair_count}, not {pair}",
+            f"use --pair between 1 and {study.pair_count}",
+        )
+    task = study.tasks[(pair - 1) // study.pairs_per_task]
+    # The seed depends on the study seed and the pair only: both arms of a pair share it.
+    digest = hashlib.sha256(f"{study.name}:{study.seed}:{pair}".encode()).digest()
+    seed = int.from_bytes(digest[:4], "big")
+    return Assignment(study=study.name, task=task.id, pair=pair, arm=arm, seed=seed)  # type: ignore[arg-type]
+
+
+def all_assignments(study: Study) -> list[Assignment]:
+    return [
+        assignment(study, pair, arm)
+        for pair in range(1, study.pair_count + 1)
+        for arm in ("control", "treatment")
+    ]
+
+
+def task_ref(study: Study, task_id: str) -> TaskRef:
+    for task in study.tasks:
+        if task.id == task_id:
+            return task
+    raise HarnessError(f"study {study.name} has no task {task_id!r}", "check the study's tasks")
