@@ -5,18 +5,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from harness.errors import HarnessError
+from harness.images import REPO_ROOT
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Run, grade and audit agent sessions on PyTorch training tasks.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the harness images.")
 app.add_typer(images_app, name="images")
 console = Console()
 err_console = Console(stderr=True)
+
+DEFAULT_STUDY = Path("studies/demo.yaml")
+DEFAULT_RUNS = REPO_ROOT / "runs"
 
 
 def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,17 +40,135 @@ def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _log(message: str) -> None:
+    console.print(message, markup=False, highlight=False)
+
+
 @images_app.command("build")
 @clear_errors
 def images_build(
-    names: list[str] = typer.Argument(None, help="images to build (default: all)"),
-    torch: str = typer.Option(None, help="torch pin, e.g. torch==2.13.0 (default: HARNESS_TORCH_SPEC or the CPU pin)"),
-    force: bool = typer.Option(False, help="rebuild even when inputs did not change"),
+    names: Annotated[list[str] | None, typer.Argument(help="images (default: all)")] = None,
+    torch: Annotated[str | None, typer.Option(help="torch pin, e.g. torch==2.13.0")] = None,
+    force: Annotated[bool, typer.Option(help="rebuild even if inputs did not change")] = False,
 ) -> None:
     """Build the rootfs, base, control, treatment and grader images (offline)."""
     from harness.images import build_images
 
-    report = build_images(names or None, torch_spec=torch, force=force, log=console.print)
+    report = build_images(names or None, torch_spec=torch, force=force, log=_log)
     for name, image in report.image_ids.items():
         state = "built" if name in report.built else "up to date"
         console.print(f"{name:<10} {image[:19]}  {state}")
+
+
+@app.command()
+@clear_errors
+def session(
+    pair: Annotated[int, typer.Option(help="pair number (1..pairs in the study)")],
+    arm: Annotated[str, typer.Option(help="control or treatment")],
+    study: Annotated[Path, typer.Option(help="study file")] = DEFAULT_STUDY,
+    model: Annotated[str | None, typer.Option(help="PROVIDER:NAME; outside the study")] = None,
+    grade: Annotated[bool, typer.Option(help="grade the diff when the session ends")] = True,
+    gpus: Annotated[int, typer.Option(help="GPUs to allocate exclusively")] = 0,
+) -> None:
+    """Run one agent session end to end: container, agent, transcript, diff, grade."""
+    from harness.session import SessionOptions, run_session
+
+    attempt = run_session(SessionOptions(study_path=study, pair=pair, arm=arm, model=model,
+                                         grade=grade, gpus=gpus), log=_log)
+    _print_sessions([attempt])
+
+
+@app.command("grade")
+@clear_errors
+def grade_cmd(
+    session_ref: Annotated[str, typer.Argument(metavar="SESSION",
+                                               help="attempt folder or STUDY/SESSION")],
+    runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
+) -> None:
+    """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
+    from harness.grade import grade_attempt
+    from harness.records import resolve_attempt
+
+    attempt = resolve_attempt(session_ref, runs)
+    grade_attempt(attempt, log=_log)
+    _print_sessions([attempt])
+
+
+@app.command()
+@clear_errors
+def verify(
+    target: Annotated[Path, typer.Argument(help="transcript.jsonl or an attempt folder")],
+) -> None:
+    """Verify a transcript's hash chain and blobs; exit 1 naming the first bad event."""
+    from harness.records import TRANSCRIPT_NAME
+    from harness.transcript import verify as verify_transcript
+
+    path = target / TRANSCRIPT_NAME if target.is_dir() else target
+    report = verify_transcript(path)
+    if report.ok:
+        tail = " (ends with a partial line from a kill mid-write)" if report.partial_tail else ""
+        console.print(f"ok: {report.events} events verified{tail}")
+        return
+    err_console.print(f"FAILED after {report.events} good events: {report.error}",
+                      markup=False, highlight=False)
+    sys.exit(1)
+
+
+@app.command()
+@clear_errors
+def cleanup(
+    runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
+    all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]
+    = False,
+) -> None:
+    """Remove containers and volumes left by dead harness processes; mark their sessions."""
+    from harness.images import docker_client
+    from harness.sandbox import cleanup_orphans
+    from harness.session import mark_interrupted
+
+    report = cleanup_orphans(docker_client(), include_live=all_)
+    marked = mark_interrupted(runs)
+    console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
+                  f"volume(s); marked {len(marked)} session(s) interrupted")
+    for name in report.containers:
+        console.print(f"  container {name}")
+    for path in marked:
+        console.print(f"  interrupted {path}")
+
+
+@app.command()
+@clear_errors
+def demo(
+    study: Annotated[Path, typer.Option(help="study file")] = Path("studies/demo.yaml"),
+) -> None:
+    """The main job: build images, run the demo study's first session, grade it, print a table."""
+    from harness.images import build_images
+    from harness.session import SessionOptions, run_session
+
+    build_images(log=_log)
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"), log=_log)
+    _print_sessions([attempt])
+
+
+def _print_sessions(attempts: list[Path]) -> None:
+    from harness.records import read_record
+
+    table = Table(title="sessions")
+    for column in ("session", "attempt", "outcome", "files changed", "verdict", "contracts",
+                   "wall s", "tool calls", "image"):
+        table.add_column(column)
+    for attempt in attempts:
+        rec = read_record(attempt)
+        grade = rec.grades[-1] if rec.grades else None
+        table.add_row(
+            rec.session_id, str(rec.attempt), rec.outcome or "-",
+            str(len(rec.diff.files_changed)) if rec.diff else "-",
+            grade.verdict if grade else "not graded",
+            ", ".join(f"{k} {v}" for k, v in grade.counts.items() if v) if grade else "-",
+            f"{rec.usage.wall_seconds:.1f}" if rec.usage else "-",
+            str(rec.usage.tool_calls) if rec.usage else "-",
+            rec.image_id[7:19],
+        )
+    console.print(table)
+    for attempt in attempts:
+        console.print(f"artifacts: {attempt}")

@@ -51,7 +51,8 @@ class ImageSpec(BaseModel):
 
     @property
     def tag(self) -> str:
-        return f"harness-{self.name}:local"
+        # HARNESS_IMAGE_TAG selects a set of images (e.g. one per torch build).
+        return f"harness-{self.name}:{os.environ.get('HARNESS_IMAGE_TAG', 'local')}"
 
 
 IMAGE_SPECS: dict[str, ImageSpec] = {

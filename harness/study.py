@@ -107,6 +107,8 @@ def _resolve(path: Path) -> Path:
 
 def load_study(path: Path) -> Study:
     """Read and validate a study file; every problem is one HarnessError line."""
+    if not path.is_file() and not path.is_absolute() and (REPO_ROOT / path).is_file():
+        path = REPO_ROOT / path
     if not path.is_file():
         raise HarnessError(f"study file {path} does not exist", "pass --study studies/<name>.yaml")
     try:

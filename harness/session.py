@@ -1,0 +1,285 @@
+"""One session end to end: prepare -> sandbox -> agent -> finalize -> artifacts (-> grade).
+
+Every way out of ``run_session`` (normal end, budget, exception, Ctrl-C, SIGTERM) removes
+the container and writes the session record; a SIGKILL leaves the record ``running`` and
+the transcript valid up to its last event, and ``harness cleanup`` then marks it
+``interrupted`` and removes the container by label.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from harness import images, records
+from harness.agent.loop import AgentOutcome, build_system_prompt, run_agent
+from harness.agent.providers import make_provider
+from harness.agent.tools import ToolRunner, tools_for_arm
+from harness.budget import Budget, Ledger
+from harness.errors import HarnessError
+from harness.gpu_slots import GpuSlots
+from harness.packets import load_packet
+from harness.records import SessionRecord
+from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, host_id, owner_alive
+from harness.study import AgentSettings, Study, assignment, load_study, task_ref
+from harness.transcript import TranscriptWriter, utc_timestamp
+from harness.workspace import (
+    DiffTooLarge,
+    check_applies,
+    compute_diff,
+    extract_tree,
+    snapshot_baseline,
+    workspace_archive,
+)
+
+MAX_TREE_BYTES = 512 * 1024**2
+MAX_DIFF_BYTES = 32 * 1024**2
+DIFF_NAME = "submission.diff"
+
+
+class SessionInterrupted(BaseException):  # noqa: N818 - a control-flow signal, like KeyboardInterrupt
+    """SIGTERM/SIGHUP turned into an exception so every cleanup path runs."""
+
+
+class SessionOptions(BaseModel):
+    study_path: Path
+    pair: int
+    arm: str
+    model: str | None = None  # overrides the study's model; the session is then outside the study
+    grade: bool = True
+    gpus: int = 0
+    # Test hook: raise inside the agent phase to exercise the exception path for real.
+    fail_after_tool_calls: int | None = None
+
+
+@contextmanager
+def _signals_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, _frame: Any) -> None:
+        raise SessionInterrupted(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> Path:
+    """Run one session; returns its attempt folder. Bad input fails before any container."""
+    study = load_study(options.study_path)
+    spec = assignment(study, options.pair, options.arm)
+    task = task_ref(study, spec.task)
+    packet = load_packet(task.packet_dir())
+    if not task.hidden_dir().is_dir():
+        raise HarnessError(f"hidden folder {task.hidden_dir()} is missing", "restore hidden/")
+    agent_settings = study.agent
+    if options.model:
+        agent_settings = agent_settings.model_copy(update={"model": options.model})
+        AgentSettings.model_validate(agent_settings.model_dump())
+    provider = make_provider(agent_settings)  # a missing API key fails here, before Docker
+    arm = study.arms[spec.arm]
+    tools = tools_for_arm(arm.extra_tools)
+    client = images.docker_client()
+    image_id = images.image_id(client, arm.image)
+    budget = Budget.model_validate({**packet.spec.default_budget,
+                                    **study.budget.model_dump(exclude_unset=True)})
+
+    attempt_dir, attempt = records.new_attempt_dir(study.runs_root() / spec.session_id)
+    record = SessionRecord(
+        study=study.name, session_id=spec.session_id, attempt=attempt, task=spec.task,
+        pair=spec.pair, arm=spec.arm, seed=spec.seed, model=agent_settings.model,
+        in_frozen_study=options.model is None, packet_dir=str(packet.root),
+        hidden_dir=str(task.hidden_dir()), image=images.image_tag(arm.image), image_id=image_id,
+        harness_pid=os.getpid(), host=host_id(), started_at=utc_timestamp(),
+    )
+    records.write_record(attempt_dir, record)
+    log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}")
+    transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME)
+    try:
+        with _signals_as_interrupt():
+            _run_attempt(study, options, record, attempt_dir, packet, provider, tools, budget,
+                         agent_settings, client, transcript, log)
+    finally:
+        transcript.close()
+        records.write_manifest(attempt_dir)
+    if options.grade and record.diff is not None:
+        from harness.grade import grade_attempt
+
+        grade_attempt(attempt_dir, client=client, log=log)
+    return attempt_dir
+
+
+def _run_attempt(
+    study: Study,
+    options: SessionOptions,
+    record: SessionRecord,
+    attempt_dir: Path,
+    packet: Any,
+    provider: Any,
+    tools: list[Any],
+    budget: Budget,
+    agent_settings: AgentSettings,
+    client: Any,
+    transcript: TranscriptWriter,
+    log: Callable[[str], None],
+) -> None:
+    baseline = attempt_dir / "baseline"
+    snapshot_baseline(packet.repo, baseline)
+    system_prompt = build_system_prompt(agent_settings.system_prompt, tools)
+    transcript.append("session_start", {
+        "study": study.name, "session": record.session_id, "attempt": record.attempt,
+        "task": record.task, "pair": record.pair, "arm": record.arm, "seed": record.seed,
+        "model": agent_settings.model_dump(mode="json"), "image": record.image,
+        "image_id": record.image_id, "in_frozen_study": record.in_frozen_study,
+        "tools": [t.name for t in tools], "system_prompt": system_prompt,
+        "budget": budget.model_dump(mode="json"),
+    })
+    ledger = Ledger(budget, gpus=options.gpus, cpus=SandboxLimits().cpus,
+                    on_change=lambda kind, data: transcript.append(kind, data))
+    slots = GpuSlots(study.runs_root().parent / ".gpu-slots")
+    sandbox: Sandbox | None = None
+    try:
+        with slots.acquire(options.gpus, timeout_s=0 if options.gpus == 0 else 3600) as lease:
+            ledger.add_queue(lease.waited_s)
+            record.gpu_ids = lease.gpu_ids
+            sandbox = Sandbox(
+                client, record.image_id, gpu_ids=lease.gpu_ids, name_hint=record.session_id,
+                labels={"org.harness.study": study.name, "org.harness.session": record.session_id,
+                        "org.harness.attempt": str(record.attempt),
+                        "org.harness.role": "agent"},
+            )
+            sandbox.start()
+            record.container = sandbox.name
+            records.write_record(attempt_dir, record)
+            transcript.append("sandbox_start", {"container": sandbox.name,
+                                                "container_id": sandbox.container_id,
+                                                "image_id": record.image_id,
+                                                "gpu_ids": lease.gpu_ids,
+                                                "limits": sandbox.limits.model_dump()})
+            sandbox.put_archive(WORKSPACE, workspace_archive(baseline))
+            ledger.start()
+            runner = ToolRunner(sandbox, packet, ledger, attempt_dir / "artifacts",
+                                gpus_available=bool(lease.gpu_ids))
+            if options.fail_after_tool_calls is not None:
+                runner = _FailingRunner(runner, options.fail_after_tool_calls)
+            outcome = run_agent(provider, tools, runner, ledger, transcript,
+                                system_prompt=system_prompt, task_md=packet.task_md,
+                                max_output_tokens=agent_settings.max_output_tokens)
+            record.outcome = outcome.outcome
+            transcript.append("agent_end", outcome.model_dump(mode="json"))
+            _finalize_diff(sandbox, attempt_dir, record, transcript)
+            record.status = "finished"
+    except (KeyboardInterrupt, SessionInterrupted) as exc:
+        record.status, record.outcome = "interrupted", "interrupted"
+        record.error = f"interrupted by {type(exc).__name__} {exc}".strip()
+        transcript.append("session_interrupted", {"reason": record.error})
+        _finalize_diff(sandbox, attempt_dir, record, transcript, best_effort=True)
+        raise
+    except Exception as exc:
+        record.status, record.outcome = "finished", "harness_error"
+        record.error = f"{type(exc).__name__}: {exc}"
+        transcript.append("error", {"error": record.error,
+                                    "traceback": traceback.format_exc(limit=20)})
+        _finalize_diff(sandbox, attempt_dir, record, transcript, best_effort=True)
+        raise
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+            transcript.append("sandbox_removed", {"container": sandbox.name})
+        record.usage = ledger.snapshot()
+        record.ended_at = utc_timestamp()
+        transcript.append("session_end", {"status": record.status, "outcome": record.outcome,
+                                          "usage": record.usage.model_dump(mode="json"),
+                                          "diff": record.diff.model_dump() if record.diff
+                                          else None})
+        records.write_record(attempt_dir, record)
+        log(f"session {record.session_id}: {record.status}, outcome {record.outcome}")
+
+
+def _finalize_diff(
+    sandbox: Sandbox | None,
+    attempt_dir: Path,
+    record: SessionRecord,
+    transcript: TranscriptWriter,
+    best_effort: bool = False,
+) -> None:
+    """Copy the final tree out, diff it against the host's pristine baseline, keep both."""
+    if sandbox is None or sandbox.container is None or record.diff is not None:
+        return
+    try:
+        final = attempt_dir / "final"
+        report = extract_tree(sandbox.get_archive(WORKSPACE), final, max_bytes=MAX_TREE_BYTES)
+        patch, result = compute_diff(attempt_dir / "baseline", final,
+                                     max_diff_bytes=MAX_DIFF_BYTES)
+        check_applies(attempt_dir / "baseline", patch)
+        (attempt_dir / DIFF_NAME).write_bytes(patch)
+        record.diff = records.DiffSummary(
+            sha256=records.sha256_file(attempt_dir / DIFF_NAME), bytes=len(patch),
+            files_changed=result.files_changed,
+        )
+        transcript.append("diff", {"extract": report.model_dump(mode="json"),
+                                   **result.model_dump(mode="json"),
+                                   "sha256": record.diff.sha256})
+    except (DiffTooLarge, HarnessError) as exc:
+        record.error = exc.line()
+        transcript.append("error", {"phase": "diff", "error": exc.line()})
+        if record.outcome in (None, "submitted", "agent_stopped"):
+            record.outcome = "diff_failed"
+    except Exception as exc:
+        transcript.append("error", {"phase": "diff", "error": f"{type(exc).__name__}: {exc}"})
+        if not best_effort:
+            raise
+
+
+class _FailingRunner(ToolRunner):
+    """Raises a real exception after N tool calls: the exception path, exercised for real."""
+
+    def __init__(self, inner: ToolRunner, after: int) -> None:
+        self.__dict__.update(inner.__dict__)
+        self._after = after
+        self._seen = 0
+
+    def run(self, name: str, args: dict[str, Any]) -> Any:
+        if self._seen >= self._after:
+            raise RuntimeError(f"injected failure after {self._after} tool calls")
+        self._seen += 1
+        return super().run(name, args)
+
+
+def mark_interrupted(runs_root: Path) -> list[Path]:
+    """Sessions whose harness died without ending them (e.g. SIGKILL): mark them interrupted.
+
+    The transcript gets a ``session_interrupted`` event that continues its hash chain; a
+    partial last line (killed mid-write) is preserved as a blob by the transcript writer.
+    """
+    marked = []
+    for attempt_dir, record in records.all_records(runs_root):
+        if record.status != "running":
+            continue
+        if owner_alive({"org.harness.owner-pid": str(record.harness_pid),
+                        "org.harness.owner-host": record.host}):
+            continue
+        with TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME) as transcript:
+            transcript.append("session_interrupted", {
+                "reason": f"harness process {record.harness_pid} is gone; found by cleanup",
+            })
+        record.status, record.outcome = "interrupted", "interrupted"
+        record.ended_at = utc_timestamp()
+        record.error = "the harness process died before the session ended"
+        records.write_record(attempt_dir, record)
+        records.write_manifest(attempt_dir)
+        marked.append(attempt_dir)
+    return marked
+
+
+def temp_runs_dir() -> Path:  # pragma: no cover - convenience for manual runs
+    return Path(tempfile.mkdtemp(prefix="harness-runs-"))

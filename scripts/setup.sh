@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Set-up shared by the README's commands, for a Debian 12 machine as root: installs what is
+# missing (Docker engine, debootstrap, git, venv), starts dockerd if it is not running,
+# installs the Python package into .venv and builds the images. Idempotent: a second run
+# installs nothing and rebuilds no image whose inputs are unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v git >/dev/null 2>&1 || missing+=(git)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "setup: starting dockerd (log: /var/log/harness-dockerd.log)"
+  nohup dockerd >/var/log/harness-dockerd.log 2>&1 &
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  if ! docker info >/dev/null 2>&1; then
+    echo "error: dockerd did not start (fix: see /var/log/harness-dockerd.log)" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/harness ] || [ pyproject.toml -nt .venv/.installed ]; then
+  echo "setup: installing the harness into .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v 'is ignored' || true
+  .venv/bin/harness --help >/dev/null
+  touch .venv/.installed
+fi
+
+.venv/bin/harness images build

@@ -1,0 +1,186 @@
+"""The sandbox's isolation and kill guarantees, checked against the real Docker engine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import docker
+import pytest
+
+from harness.gpu_slots import GpuSlots
+from harness.sandbox import Sandbox, SandboxLimits, cleanup_orphans
+from tests.conftest import TEST_LABEL
+
+
+def processes(box: Sandbox) -> list[str]:
+    """Every process in the container except PID 1 and the ps that lists them."""
+    out = box.exec(["ps", "-eo", "pid=,args="], timeout_s=30).output.splitlines()
+    return [line for line in out if line.split()[0] != "1" and "ps -eo" not in line]
+
+
+def test_no_network_inside(sandbox: Sandbox) -> None:
+    probe = ("import socket\ns = socket.socket(); s.settimeout(3)\n"
+             "try:\n    s.connect(('1.1.1.1', 80)); print('CONNECTED')\n"
+             "except OSError as e:\n    print('refused', e.errno)\n")
+    result = sandbox.exec(["python", "-c", probe], timeout_s=30)
+    assert "refused" in result.output and "CONNECTED" not in result.output
+    interfaces = sandbox.exec("tail -n +3 /proc/net/dev | cut -d: -f1", timeout_s=10)
+    assert interfaces.output.split() == ["lo"]
+    assert sandbox.container.attrs["HostConfig"]["NetworkMode"] == "none"
+
+
+def test_runs_as_uid_1000_with_no_capabilities(sandbox: Sandbox) -> None:
+    assert sandbox.exec(["id", "-u"], timeout_s=10).output.strip() == "1000"
+    caps = sandbox.exec(["grep", "^Cap", "/proc/self/status"], timeout_s=10).output
+    for line in caps.splitlines():
+        assert line.split()[1] == "0000000000000000", line
+    no_new_privs = sandbox.exec(["grep", "NoNewPrivs", "/proc/self/status"], timeout_s=10)
+    assert no_new_privs.output.split()[1] == "1"
+
+
+def test_only_workspace_and_tmp_are_writable(sandbox: Sandbox) -> None:
+    for path in ("/etc/harness-x", "/opt/venv/x", "/usr/local/bin/x", "/home/agent/x", "/x"):
+        result = sandbox.exec(["touch", path], timeout_s=10)
+        assert result.exit_code != 0, path
+        assert "Read-only file system" in result.output or "Permission denied" in result.output
+    for path in ("/workspace/ok", "/tmp/ok"):
+        assert sandbox.exec(["touch", path], timeout_s=10).exit_code == 0, path
+    owners = sandbox.exec(["stat", "-c", "%u %a", "/workspace", "/tmp"], timeout_s=10).output
+    assert owners.splitlines()[:2] == ["1000 755", "0 1777"]
+
+
+def test_container_spec_has_every_limit(sandbox: Sandbox) -> None:
+    host = sandbox.container.attrs["HostConfig"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] == 128
+    assert host["Memory"] == 2 * 1024**3
+    assert host["NanoCpus"] == int(2e9)
+    # The only mount is the session's named volume: no host path is bind-mounted.
+    assert all(not bind.startswith("/") for bind in host["Binds"] or [])
+    mounts = sandbox.container.attrs["Mounts"]
+    assert [(m["Type"], m["Destination"]) for m in mounts] == [("volume", "/workspace")]
+
+
+def test_fork_bomb_is_stopped_by_the_pids_limit(sandbox: Sandbox) -> None:
+    bomb = "bomb() { bomb | bomb; }; bomb"
+    result = sandbox.exec(["bash", "-c", bomb], timeout_s=5)
+    assert result.timed_out
+    # The harness is unharmed: the next command runs, and nothing of the bomb survives.
+    assert sandbox.exec(["echo", "alive"], timeout_s=30).output.startswith("alive")
+    assert processes(sandbox) == []
+    assert sandbox.container.attrs["HostConfig"]["PidsLimit"] == 128
+
+
+def test_timeout_kills_backgrounded_and_detached_children(sandbox: Sandbox) -> None:
+    command = ("(sleep 1000 &); setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & "
+               "python -c 'import os,time\nif os.fork()==0:\n  os.setsid(); time.sleep(1003)' & "
+               "sleep 1004")
+    result = sandbox.exec(["bash", "-c", command], timeout_s=3)
+    assert result.timed_out and result.exit_code is None
+    assert result.kill == "marker"
+    assert processes(sandbox) == []
+
+
+def test_large_output_is_capped_and_kept_whole(sandbox: Sandbox, tmp_path: Path) -> None:
+    artifact = tmp_path / "out.log"
+    size = 50_000_000
+    result = sandbox.exec(f"head -c {size} /dev/zero | tr '\\0' a; echo; echo END",
+                          timeout_s=120, artifact=artifact)
+    assert result.exit_code == 0
+    assert result.output_bytes == size + 5
+    assert result.output_truncated
+    assert "bytes cut here" in result.output and str(artifact) in result.output
+    assert len(result.output) < sandbox.limits.shown_output_bytes + 500
+    assert result.output.rstrip().endswith("END")
+    assert artifact.stat().st_size == size + 5
+
+
+def test_artifact_cap_is_explicit(client: docker.DockerClient, control_image: str,
+                                  tmp_path: Path) -> None:
+    limits = SandboxLimits(artifact_output_bytes=1000)
+    with Sandbox(client, control_image, labels={TEST_LABEL: "1"}, limits=limits) as box:
+        result = box.exec("head -c 5000 /dev/zero", timeout_s=30, artifact=tmp_path / "a.log")
+    assert result.artifact_truncated and (tmp_path / "a.log").stat().st_size == 1000
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
+def test_container_and_volume_removed_on_every_path_out(
+    client: docker.DockerClient, control_image: str, interrupt: type[BaseException]
+) -> None:
+    box = Sandbox(client, control_image, labels={TEST_LABEL: "1"})
+    with pytest.raises(interrupt), box:
+        name = box.name
+        assert client.containers.get(name).status == "running"
+        raise interrupt("boom")
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(name)
+    with pytest.raises(docker.errors.NotFound):
+        client.volumes.get(name)
+
+
+def test_cleanup_removes_only_orphans(client: docker.DockerClient, control_image: str) -> None:
+    live = Sandbox(client, control_image, labels={TEST_LABEL: "1"}).start()
+    orphan = Sandbox(client, control_image, labels={TEST_LABEL: "1"})
+    orphan.labels["org.harness.owner-pid"] = "999999999"  # no such process
+    orphan.start()
+    try:
+        report = cleanup_orphans(client)
+        assert orphan.name in report.containers and orphan.name in report.volumes
+        assert live.name not in report.containers
+        assert client.containers.get(live.name).status == "running"
+    finally:
+        live.close()
+        orphan.close()
+
+
+def test_gpu_requests_name_explicit_devices_from_exclusive_slots(
+    client: docker.DockerClient, control_image: str, tmp_path: Path
+) -> None:
+    # This machine has no GPU: the container spec and the scheduler are tested, the GPU
+    # start itself is not exercised here.
+    slots = GpuSlots(tmp_path / "locks", gpu_ids=["0", "1", "2"])
+    first = slots.acquire(2)
+    second = slots.acquire(1)
+    assert set(first.gpu_ids).isdisjoint(second.gpu_ids)
+    with pytest.raises(Exception, match="no 1 free GPU"):
+        slots.acquire(1, timeout_s=0.3)
+    spec = Sandbox(client, control_image, labels={}, gpu_ids=first.gpu_ids).container_spec("v")
+    (request,) = spec["device_requests"]
+    assert request["DeviceIDs"] == first.gpu_ids and request["Count"] in (None, 0)
+    assert request["Capabilities"] == [["gpu"]]
+    first.release()
+    third = slots.acquire(2)
+    assert set(third.gpu_ids).isdisjoint(second.gpu_ids)
+    assert Sandbox(client, control_image, labels={}).container_spec("v")["device_requests"] == []
+
+
+def test_gpu_lock_is_released_when_its_holder_dies(tmp_path: Path) -> None:
+    slots = GpuSlots(tmp_path / "locks", gpu_ids=["0"])
+    pid = os.fork()
+    if pid == 0:  # child: take the GPU and die without releasing it
+        slots.acquire(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert slots.acquire(1, timeout_s=2).gpu_ids == ["0"]
+
+
+def test_child_that_drops_the_marker_is_still_killed(sandbox: Sandbox) -> None:
+    # `env -i` drops the call's marker; harness-kill also kills what started after the call.
+    started_before = sandbox.exec("sleep 2000 >/dev/null 2>&1 &", timeout_s=10)
+    assert started_before.exit_code == 0
+    result = sandbox.exec(["bash", "-c", "env -i /bin/sleep 1000 & sleep 1001"], timeout_s=2)
+    assert result.timed_out and result.kill == "marker"
+    # Only the earlier call's background process is left: it did not belong to this call.
+    assert [p.split(None, 1)[1] for p in processes(sandbox)] == ["sleep 2000"]
+
+
+def test_when_no_killer_can_start_pid_1_kills_everything(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("harness.sandbox.KILL_COMMAND", "/nonexistent/harness-kill")
+    result = sandbox.exec(["bash", "-c", "sleep 1000 & sleep 1001"], timeout_s=1)
+    assert result.timed_out and result.kill == "init"
+    assert processes(sandbox) == []
