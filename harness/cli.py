@@ -19,8 +19,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Run, grade and audit agent sessions on PyTorch training tasks.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the harness images.")
 app.add_typer(images_app, name="images")
-console = Console()
-err_console = Console(stderr=True)
+# Logs and CI are not terminals: give tables room instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 150)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 300)
 
 DEFAULT_STUDY = Path("studies/demo.yaml")
 DEFAULT_RUNS = REPO_ROOT / "runs"
@@ -172,3 +173,7 @@ def _print_sessions(attempts: list[Path]) -> None:
     console.print(table)
     for attempt in attempts:
         console.print(f"artifacts: {attempt}")
+
+
+if __name__ == "__main__":
+    app()

@@ -10,6 +10,7 @@ folder under the attempt, so re-grading never overwrites an earlier verdict.
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import uuid
 from collections.abc import Callable
@@ -90,15 +91,17 @@ def grade_attempt(
         raise HarnessError(f"the grader {why} for {attempt_dir}",
                            f"see {out_dir / 'grader-output.log'}")
     report = GradeReport.model_validate_json(grade_json.read_text())
-    (out_dir / "grader.json").write_text(
-        f'{{"grader_image_id": "{grader_id}", "submission_id": "{submission_id}", '
-        f'"graded_at": "{utc_timestamp()}"}}\n'
-    )
+    (out_dir / "grader.json").write_text(json.dumps({
+        "grader_image_id": grader_id, "submission_id": submission_id,
+        "graded_at": utc_timestamp(), "exit_code": result.exit_code,
+        "duration_s": result.duration_s,
+    }, indent=1) + "\n")
     records.write_manifest(out_dir)
     record.grades.append(records.GradeSummary(
         verdict=report.verdict, folder=str(out_dir.relative_to(attempt_dir)),
         counts=report.counts,
     ))
     records.write_record(attempt_dir, record)
+    records.write_manifest(attempt_dir)  # the record changed: the index must match it again
     log(f"grade: {report.verdict} " + ", ".join(f"{k}={v}" for k, v in report.counts.items()))
     return report

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness import images, records
-from harness.agent.loop import AgentOutcome, build_system_prompt, run_agent
+from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.tools import ToolRunner, tools_for_arm
 from harness.budget import Budget, Ledger
@@ -45,7 +45,7 @@ MAX_DIFF_BYTES = 32 * 1024**2
 DIFF_NAME = "submission.diff"
 
 
-class SessionInterrupted(BaseException):  # noqa: N818 - a control-flow signal, like KeyboardInterrupt
+class SessionInterrupted(BaseException):
     """SIGTERM/SIGHUP turned into an exception so every cleanup path runs."""
 
 

@@ -1,0 +1,109 @@
+"""The grader's persisted records: one ``ContractResult`` per contract, one ``GradeReport``.
+
+``grade.json`` is read back by the harness on the host (and by auditors), so every field here
+is part of an interface: add fields rather than change their meaning, and bump
+``GRADE_SCHEMA_VERSION`` when a reader would have to care.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GRADE_SCHEMA_VERSION = 1
+GRADER_VERSION = "0.1.0"
+
+Outcome = Literal["pass", "fail", "crash", "hang", "not_run", "diff_rejected"]
+OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "crash", "hang", "not_run", "diff_rejected")
+
+Verdict = Literal["complete", "incomplete", "diff_rejected"]
+
+ContractKind = Literal["public_tests", "hidden_check"]
+
+
+class ContractResult(BaseModel):
+    """How one contract ended, with the evidence an auditor needs to believe it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "public-tests" or "hidden:<pytest node id relative to hidden/<task>/checks>".
+    id: str
+    kind: ContractKind
+    statement: str
+    outcome: Outcome
+    # Why a contract did not run or was not judged on its own result (not_run, diff_rejected,
+    # and crash/hang when the cause was another test's process dying).
+    reason: str | None = None
+    # Exit code, signal, duration, failure excerpt, recorded properties, run id, ...
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    # Path of the log file relative to --out, when a command ran for this contract.
+    log: str | None = None
+
+
+class DiffInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str
+    size_bytes: int
+    empty: bool
+    applied: bool
+    # git's message when the diff did not apply.
+    apply_error: str | None = None
+    # The hidden canary inside the diff means hidden material reached the agent: a leak to
+    # investigate, whatever the grade says.
+    canary_found: bool = False
+
+
+class RestoreInfo(BaseModel):
+    """What the grader undid before grading: changes outside what the agent may edit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Baseline files put back (changed or deleted by the diff), repo-relative posix paths.
+    restored: list[str] = Field(default_factory=list)
+    # Files the diff added where it may not add files; removed.
+    removed: list[str] = Field(default_factory=list)
+
+
+class GradeReport(BaseModel):
+    """``grade.json``. It never carries the agent's arm: the grader is not told it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = GRADE_SCHEMA_VERSION
+    submission_id: str
+    task_id: str
+    verdict: Verdict
+    contracts: list[ContractResult]
+    # Every outcome is present (zero when unused), so readers need no default.
+    counts: dict[Outcome, int]
+    diff: DiffInfo
+    restore: RestoreInfo
+    started_at: str
+    finished_at: str
+    duration_s: float
+    grader_version: str = GRADER_VERSION
+    # SHA-256 over the grading package's source, so a frozen study can tell if it changed.
+    grader_source_sha256: str
+    # Content hashes of the inputs actually graded against (see grade.tree_sha256).
+    baseline_tree_sha256: str
+    hidden_tree_sha256: str
+    python_version: str
+    torch_version: str | None
+
+
+def count_outcomes(contracts: list[ContractResult]) -> dict[Outcome, int]:
+    counts: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+    for c in contracts:
+        counts[c.outcome] += 1
+    return counts
+
+
+def verdict_for(contracts: list[ContractResult], *, diff_applied: bool) -> Verdict:
+    if not diff_applied:
+        return "diff_rejected"
+    # No contracts at all proves nothing, so it cannot be complete.
+    if contracts and all(c.outcome == "pass" for c in contracts):
+        return "complete"
+    return "incomplete"

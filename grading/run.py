@@ -1,0 +1,260 @@
+"""Run one graded command under a hard timeout, and leave no process of it behind.
+
+Candidate code is untrusted in the mundane sense: it may hang, fork, daemonise or print
+gigabytes. Every command therefore runs in its own session (so one ``killpg`` reaches the
+whole tree), carries a per-run marker in its environment (so children that escaped the
+process group with ``setsid`` are still found through ``/proc/*/environ``), and writes its
+output through a pipe whose reader caps the log size. A process that both leaves the session
+and clears its environment escapes both nets; grading containers are removed after each grade,
+which is the final backstop.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER_VAR = "GRADING_RUN_ID"
+DEFAULT_MAX_LOG_BYTES = 16 * 1024 * 1024
+_POLL_S = 0.05
+_READ_CHUNK = 64 * 1024
+_DRAIN_S = 1.0
+# How long the sweep keeps looking for marked processes; a fork loop outruns one pass.
+_SWEEP_ROUNDS = 100
+
+# A watchdog is polled while the command runs; a non-None string kills the run with that reason.
+Watchdog = Callable[[], str | None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    # None when the process was killed by a signal (then `signal` is set).
+    exit_code: int | None
+    signal: int | None
+    # The hard timeout or the watchdog fired and the grader killed the run.
+    timed_out: bool
+    duration_s: float
+    log_path: Path
+    run_id: str
+    kill_reason: str | None = None
+    log_truncated: bool = False
+    # Processes of this run still alive after the main process ended (daemonised children)
+    # and killed by the sweep; and those the sweep could not kill.
+    stragglers_killed: int = 0
+    survivors: int = 0
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """PIDs of live processes whose initial environment carries ``GRADING_RUN_ID=run_id``."""
+    needle = f"{MARKER_VAR}={run_id}".encode()
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone already, or another user's process
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(name))
+    return found
+
+
+def _sweep(run_id: str) -> tuple[int, int]:
+    """SIGKILL every process carrying the marker until none is left; (killed, survivors)."""
+    killed: set[int] = set()
+    for _ in range(_SWEEP_ROUNDS):
+        pids = marked_pids(run_id)
+        if not pids:
+            return len(killed), 0
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+            except PermissionError:  # not ours: nothing we can do, counted as a survivor
+                pass
+        time.sleep(0.02)
+    return len(killed), len(marked_pids(run_id))
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _LogPump(threading.Thread):
+    """Copies the child's output to the log file, dropping everything past ``cap`` bytes."""
+
+    def __init__(self, fd: int, log_path: Path, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.cap = cap
+        self.written = 0
+        self.truncated = False
+        self.stop = threading.Event()
+        self.out = open(log_path, "ab")  # closed at the end of run()
+
+    def run(self) -> None:
+        drain_until: float | None = None
+        try:
+            while True:
+                if self.stop.is_set():
+                    # A writer that escaped the kill may hold the pipe open (no EOF ever) or
+                    # keep it full: drain what is there, briefly, then stop.
+                    drain_until = drain_until or time.monotonic() + _DRAIN_S
+                    if time.monotonic() > drain_until:
+                        break
+                ready, _, _ = select.select([self.fd], [], [], 0.1)
+                if not ready:
+                    if self.stop.is_set():
+                        break
+                    continue
+                data = os.read(self.fd, _READ_CHUNK)
+                if not data:
+                    break
+                room = self.cap - self.written
+                if room > 0:
+                    self.out.write(data[:room])
+                    # Flushed per chunk so watchdogs reading the log see progress live.
+                    self.out.flush()
+                    self.written += min(room, len(data))
+                if len(data) > room:
+                    self.truncated = True
+        finally:
+            if self.truncated:
+                self.out.write(f"\n[grading] log truncated at {self.cap} bytes\n".encode())
+            self.out.close()
+
+
+def _wait_exited(pid: int) -> bool:
+    """True once ``pid`` has exited; it is left unreaped so its PID (and PGID) stay reserved."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def run_command(
+    cmd: Sequence[str] | str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    log_path: Path,
+    *,
+    watchdog: Watchdog | None = None,
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+) -> RunResult:
+    """Run ``cmd`` (argv, or a string for ``/bin/sh -c``) with stdout+stderr to ``log_path``.
+
+    Whatever happens, no process of the run is alive when this returns: the process group is
+    SIGKILLed and marked processes are swept both after a timeout and after a normal exit.
+    """
+    run_id = str(uuid.uuid4())
+    argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+    child_env = dict(env)
+    # One thread each: results must not depend on the grading machine's core count, and two
+    # CPUs shared by several processes oversubscribe quickly.
+    child_env["OMP_NUM_THREADS"] = "1"
+    child_env["MKL_NUM_THREADS"] = "1"
+    child_env[MARKER_VAR] = run_id
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    shown = cmd if isinstance(cmd, str) else " ".join(argv)
+    with open(log_path, "wb") as fh:
+        fh.write(f"[grading] $ {shown}\n[grading] cwd {cwd}, timeout {timeout_s:g} s\n".encode())
+
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    os.close(write_fd)
+    pump = _LogPump(read_fd, log_path, max_log_bytes)
+    pump.start()
+
+    start = time.monotonic()
+    deadline = start + timeout_s
+    kill_reason: str | None = None
+    try:
+        while not _wait_exited(proc.pid):
+            if time.monotonic() >= deadline:
+                kill_reason = f"hard timeout of {timeout_s:g} s"
+            elif watchdog is not None:
+                kill_reason = watchdog()
+            if kill_reason is not None:
+                _killpg(proc.pid)
+                while not _wait_exited(proc.pid):
+                    time.sleep(0.01)
+                break
+            time.sleep(_POLL_S)
+        duration = time.monotonic() - start
+        # The leader is a zombie now, so its PGID cannot have been recycled: safe to kill the
+        # group even after a normal exit, which takes out children left running in background.
+        _killpg(proc.pid)
+        killed, survivors = _sweep(run_id)
+    finally:
+        if proc.returncode is None and not _wait_exited(proc.pid):
+            # Reached only when the grader itself is interrupted: still leave nothing behind.
+            _killpg(proc.pid)
+            _sweep(run_id)
+        proc.wait()
+        pump.stop.set()
+        pump.join(timeout=5)
+        os.close(read_fd)
+
+    rc = proc.returncode
+    timed_out = kill_reason is not None
+    result = RunResult(
+        exit_code=rc if rc >= 0 else None,
+        signal=-rc if rc < 0 else None,
+        timed_out=timed_out,
+        duration_s=round(duration, 3),
+        log_path=log_path,
+        run_id=run_id,
+        kill_reason=kill_reason,
+        log_truncated=pump.truncated,
+        stragglers_killed=killed,
+        survivors=survivors,
+    )
+    with open(log_path, "ab") as fh:
+        if timed_out:
+            end = f"killed ({kill_reason})"
+        elif rc < 0:
+            end = f"killed by signal {signal_name(-rc)}"
+        else:
+            end = f"exit code {rc}"
+        fh.write(f"\n[grading] {end} after {duration:.2f} s\n".encode())
+    return result

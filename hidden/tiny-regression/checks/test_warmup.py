@@ -1,0 +1,197 @@
+"""Hidden checks for the tiny-regression warmup feature.
+
+HARNESS-CANARY-cb4cf97d-ab89-49ac-b08e-dffff2484716
+Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+The grader runs these with the candidate tree in GRADING_WORKDIR (also on PYTHONPATH) and a
+pristine copy of the baseline in GRADING_BASELINE. Expected values are computed here, from the
+task statement, not taken from the candidate: the learning rate of step s (0-based) under warmup
+N is lr * min(1, (s + 1) / N), and the parameter trajectory is recomputed with a hand-written
+SGD-with-momentum loop. Candidate code is imported inside test bodies, so a broken candidate
+fails each check instead of breaking collection.
+"""
+
+# HARNESS-CANARY-cb4cf97d-ab89-49ac-b08e-dffff2484716
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+LR = 0.05
+MOMENTUM = 0.9  # the baseline's SGD momentum, unchanged by the task
+# Same arithmetic in a different code path: fp32 agreement to ~1e-7 is expected; 1e-6 leaves
+# room for a legitimately different but equivalent way of setting the learning rate.
+PARAM_ATOL = 1e-6
+LR_TOL = 1e-12
+SUBPROCESS_TIMEOUT_S = 120
+
+
+def workdir() -> Path:
+    return Path(os.environ["GRADING_WORKDIR"])
+
+
+def candidate() -> ModuleType:
+    """The candidate's tinytrain package, imported from GRADING_WORKDIR."""
+    root = str(workdir())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module("tinytrain")
+
+
+def expected_lr(step: int, lr: float, warmup: int) -> float:
+    return lr if warmup == 0 else lr * min(1.0, (step + 1) / warmup)
+
+
+def reference_run(steps: int, warmup: int, lr: float = LR, seed: int = 0) -> dict[str, Any]:
+    """Independent re-implementation of the training loop with the specified schedule.
+
+    Uses only the baseline's model, data and sampler (which the task does not touch), and the
+    same RNG order as the baseline trainer: seed, data, model init, then dropout draws.
+    """
+    tt = candidate()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    x, y = tt.make_dataset(256, 8, seed=seed)
+    model = tt.MLP(8, 32)
+    model.train()
+    params = list(model.parameters())
+    bufs: list[torch.Tensor | None] = [None] * len(params)
+    sampler = tt.BatchSampler(256, 32, seed=seed + 1)
+    losses = []
+    for step in range(steps):
+        idx = sampler.next_indices()
+        loss = torch.nn.functional.mse_loss(model(x[idx]), y[idx])
+        grads = torch.autograd.grad(loss, params)
+        step_lr = expected_lr(step, lr, warmup)
+        with torch.no_grad():
+            for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+                b = bufs[i]
+                b = g.clone() if b is None else b.mul_(MOMENTUM).add_(g)
+                bufs[i] = b
+                p.add_(b, alpha=-step_lr)
+        losses.append(loss.item())
+    return {"state": model.state_dict(), "losses": losses}
+
+
+def config(**kwargs: Any) -> Any:
+    return candidate().TrainConfig(**kwargs)
+
+
+def assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"{key} differs: max {(a[key] - b[key]).abs().max()}"
+
+
+@pytest.mark.parametrize(("warmup", "steps"), [(1, 4), (5, 12)])
+def test_lr_follows_linear_warmup(warmup: int, steps: int, record_property: Any) -> None:
+    """Under --warmup-steps N the LR of step s is lr * min(1, (s + 1) / N), within 1e-12."""
+    result = candidate().train(config(steps=steps, lr=LR, warmup_steps=warmup))
+    got = [h["lr"] for h in result.history]
+    want = [expected_lr(s, LR, warmup) for s in range(steps)]
+    assert len(got) == steps
+    worst = max(abs(g - w) for g, w in zip(got, want, strict=True))
+    record_property("max_abs_lr_error", worst)
+    assert worst <= LR_TOL, f"learning rates {got} != expected {want}"
+
+
+def test_training_matches_independent_reference(record_property: Any) -> None:
+    """A 10-step run with warmup 4 matches a hand-written SGD loop with the ramp (atol 1e-6)."""
+    result = candidate().train(config(steps=10, lr=LR, warmup_steps=4))
+    ref = reference_run(steps=10, warmup=4)
+    got = result.model.state_dict()
+    worst = max((got[k] - ref["state"][k]).abs().max().item() for k in ref["state"])
+    record_property("max_abs_param_diff", worst)
+    assert worst <= PARAM_ATOL
+    losses = [h["loss"] for h in result.history]
+    assert losses == pytest.approx(ref["losses"], rel=1e-5, abs=1e-7)
+
+
+def test_warmup_zero_is_bitwise_baseline(tmp_path: Path) -> None:
+    """--warmup-steps 0 gives bit-for-bit the pristine baseline's run (CLI, 8 steps)."""
+    baseline = os.environ.get("GRADING_BASELINE")
+    if not baseline:
+        pytest.skip("GRADING_BASELINE is not set: no pristine baseline to compare with")
+    runs = {
+        "baseline": (Path(baseline), []),
+        "candidate": (workdir(), ["--warmup-steps", "0"]),
+    }
+    procs = {}
+    for name, (root, extra) in runs.items():
+        argv = [sys.executable, "train.py", "--steps", "8", "--out", str(tmp_path / name), *extra]
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        procs[name] = subprocess.Popen(
+            argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+        assert proc.returncode == 0, f"{name} run failed:\n{out}"
+    states = {
+        name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"]
+        for name in runs
+    }
+    assert_same_params(states["baseline"], states["candidate"])
+    metrics = {name: (tmp_path / name / "metrics.jsonl").read_text() for name in runs}
+    assert metrics["candidate"] == metrics["baseline"]
+
+
+def test_default_config_is_baseline_behaviour() -> None:
+    """Not passing warmup_steps equals warmup_steps=0 bitwise and matches the constant-LR loop."""
+    default = candidate().train(config(steps=6))
+    zero = candidate().train(config(steps=6, warmup_steps=0))
+    assert_same_params(default.model.state_dict(), zero.model.state_dict())
+    assert [h["lr"] for h in zero.history] == [LR] * 6
+    ref = reference_run(steps=6, warmup=0)
+    got = zero.model.state_dict()
+    assert max((got[k] - ref["state"][k]).abs().max().item() for k in got) <= PARAM_ATOL
+
+
+def test_resume_mid_warmup_equals_uninterrupted(tmp_path: Path) -> None:
+    """Stopping at step 3 of a 6-step warmup and resuming gives the uninterrupted run, bitwise."""
+    full = candidate().train(config(steps=10, warmup_steps=6, out=tmp_path / "full"))
+    candidate().train(config(steps=3, warmup_steps=6, out=tmp_path / "first"))
+    resumed = candidate().train(
+        config(
+            steps=10,
+            warmup_steps=6,
+            out=tmp_path / "second",
+            resume=tmp_path / "first" / "checkpoint.pt",
+        )
+    )
+    assert [h["step"] for h in resumed.history] == list(range(3, 10))
+    assert [h["lr"] for h in resumed.history] == [h["lr"] for h in full.history[3:]]
+    for h in resumed.history:
+        assert abs(h["lr"] - expected_lr(int(h["step"]), LR, 6)) <= LR_TOL
+    assert_same_params(full.model.state_dict(), resumed.model.state_dict())
+
+
+def test_cli_warmup_flag(tmp_path: Path) -> None:
+    """python train.py --warmup-steps 3 logs the linear ramp in metrics.jsonl."""
+    root = workdir()
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = tmp_path / "run"
+    argv = [sys.executable, "train.py", "--steps", "5", "--warmup-steps", "3", "--out", str(out)]
+    proc = subprocess.run(
+        argv, cwd=root, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 5
+    for rec in lines:
+        assert abs(rec["lr"] - expected_lr(rec["step"], LR, 3)) <= LR_TOL
+
+
+def test_negative_warmup_is_rejected() -> None:
+    """warmup_steps < 0 raises ValueError instead of training."""
+    with pytest.raises(ValueError):
+        candidate().train(config(steps=2, warmup_steps=-1))

@@ -1,0 +1,79 @@
+"""The hidden canary appears nowhere an agent can see: packets, images, workspaces, transcripts."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import docker
+import pytest
+
+from harness import images
+from harness.images import REPO_ROOT
+
+
+def canaries() -> list[bytes]:
+    found = [p.read_text().strip().encode() for p in sorted(REPO_ROOT.glob("hidden/*/CANARY"))]
+    assert found, "every hidden/<task>/ must hold a CANARY"
+    for token in found:
+        assert token.startswith(b"HARNESS-CANARY-") and len(token) == len("HARNESS-CANARY-") + 36
+    return found
+
+
+def contains_any(chunks: Iterable[bytes], needles: list[bytes]) -> bytes | None:
+    """Stream search that also finds a needle split across two chunks."""
+    overlap = max(len(n) for n in needles) - 1
+    tail = b""
+    for chunk in chunks:
+        window = tail + chunk
+        for needle in needles:
+            if needle in window:
+                return needle
+        tail = window[-overlap:]
+    return None
+
+
+def test_every_hidden_file_that_can_carry_a_comment_repeats_the_canary() -> None:
+    for task_dir in sorted(REPO_ROOT.glob("hidden/*/")):
+        token = (task_dir / "CANARY").read_text().strip()
+        for path in task_dir.rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".yaml", ".yml", ".md", ".sh"):
+                assert token in path.read_text(), f"{path} lacks its task's canary"
+
+
+def test_no_tracked_file_outside_hidden_holds_a_canary() -> None:
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    needles = canaries()
+    for rel in tracked:
+        if not rel or rel.startswith("hidden/"):
+            continue
+        path = REPO_ROOT / rel
+        if path.is_file() and not path.is_symlink():
+            assert contains_any([path.read_bytes()], needles) is None, rel
+
+
+@pytest.mark.parametrize("arm", ["control", "treatment"])
+def test_no_agent_image_holds_a_canary(client: docker.DockerClient, arm: str) -> None:
+    container = client.containers.create(images.image_tag(arm), network_mode="none")
+    try:
+        hit = contains_any(container.export(chunk_size=1 << 20), canaries())
+    finally:
+        container.remove(force=True)
+    assert hit is None
+
+
+def test_no_workspace_or_transcript_holds_a_canary(demo_attempt: Path) -> None:
+    needles = canaries()
+    seen = 0
+    for part in ("final", "baseline", "artifacts", "blobs", "transcript.jsonl",
+                 "submission.diff", "session.json"):
+        root = demo_attempt / part
+        paths = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+        for path in paths:
+            if path.is_symlink():
+                continue
+            seen += 1
+            assert contains_any([path.read_bytes()], needles) is None, path
+    assert seen > 10

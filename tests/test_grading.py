@@ -1,0 +1,732 @@
+"""The grader, run as it runs in its container: ``python -m grading`` in a real subprocess.
+
+Two groups. Tests marked with ``pytest.importorskip("torch")`` grade the tiny-regression fixture
+task (a real torch training repo) and need torch in this interpreter; the host's test venv has
+none, the grader image does. The others use a pure-Python task built on the fly and run
+anywhere, so the grader's logic (outcomes, rounds after a hang, restores, process cleanup) is
+tested on every machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from grading.grade import discover_hidden_tests, restore_locked_paths, tree_sha256
+from grading.packet import PacketSpec, load_packet_spec
+from grading.run import MARKER_VAR, marked_pids, run_command
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKET_DIR = ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
+HIDDEN_DIR = ROOT / "hidden" / "tiny-regression"
+REFERENCE_PATCH = HIDDEN_DIR / "reference" / "solution.patch"
+SCRIPTED_SOLVE = ROOT / "tests" / "fixtures" / "agents" / "tiny-regression-solve.yaml"
+
+# Hidden per-test limit for the torch runs: the slowest healthy check takes ~4 s on 2 CPUs,
+# plus ~3 s of `import torch` before the first one finishes; 10 s leaves room for a busy host.
+TORCH_TEST_TIMEOUT_S = 10
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(cwd),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@localhost",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@localhost",
+    }
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
+    return proc.stdout.decode()
+
+
+def make_diff(baseline: Path, tmp: Path, change: Callable[[Path], None]) -> Path:
+    """The ``git diff --binary`` a harness would produce for ``change`` applied to a copy."""
+    repo = tmp / f"repo-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["cp", "-a", str(baseline), str(repo)], check=True)
+    _git(["init", "-q"], repo)
+    _git(["add", "-A"], repo)
+    _git(["commit", "-q", "-m", "baseline"], repo)
+    change(repo)
+    _git(["add", "-A"], repo)
+    patch = tmp / f"{repo.name}.patch"
+    patch.write_text(_git(["diff", "--cached", "--binary", "--full-index", "HEAD"], repo))
+    return patch
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{old!r} not unique in {path}"
+    path.write_text(text.replace(old, new))
+
+
+def run_grader(
+    *,
+    baseline: Path,
+    packet: Path,
+    diff: Path,
+    hidden: Path,
+    out: Path,
+    extra: list[str] | None = None,
+    timeout: float = 300,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None, float]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    argv = [
+        sys.executable, "-m", "grading",
+        "--baseline", str(baseline),
+        "--packet", str(packet),
+        "--diff", str(diff),
+        "--hidden", str(hidden),
+        "--out", str(out),
+        "--submission-id", f"test-{out.name}",
+        *(extra or []),
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    elapsed = time.monotonic() - t0
+    grade_json = out / "grade.json"
+    report = json.loads(grade_json.read_text()) if grade_json.exists() else None
+    print(f"grading {out.name}: {elapsed:.1f} s")  # shown with -s: the measured durations
+    return proc, report, elapsed
+
+
+def outcomes(report: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["outcome"] for c in report["contracts"]}
+
+
+def processes_with(token: str) -> list[int]:
+    """PIDs whose command line contains ``token``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline:
+            found.append(int(name))
+    return found
+
+
+def assert_no_run_survives(report: dict[str, Any]) -> None:
+    for contract in report["contracts"]:
+        run_id = contract["evidence"].get("run_id")
+        if run_id:
+            assert marked_pids(run_id) == [], f"{contract['id']} left processes behind"
+
+
+# ---------------------------------------------------------------------------------------------
+# run_command (no torch)
+
+
+def test_run_command_timeout_kills_background_children(tmp_path: Path) -> None:
+    token = f"grading-test-{uuid.uuid4().hex}"
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(1000)' {token}"
+    # One child stays in the process group, one leaves it with setsid; both must die.
+    script = f"{sleeper} & setsid {sleeper} & echo started; sleep 1000"
+    t0 = time.monotonic()
+    res = run_command(script, tmp_path, {"PATH": os.environ["PATH"]}, 1.0, tmp_path / "log")
+    assert time.monotonic() - t0 < 10
+    assert res.timed_out and res.signal == signal.SIGKILL and res.exit_code is None
+    assert "started" in (tmp_path / "log").read_text()
+    assert processes_with(token) == []
+    assert marked_pids(res.run_id) == []
+
+
+def test_run_command_sweeps_daemons_after_normal_exit(tmp_path: Path) -> None:
+    token = f"grading-test-{uuid.uuid4().hex}"
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(1000)' {token}"
+    # The pause lets setsid run, so only the /proc sweep can find the daemon.
+    script = f"(setsid {sleeper} &); sleep 0.5; echo done; exit 3"
+    res = run_command(script, tmp_path, {"PATH": os.environ["PATH"]}, 30, tmp_path / "log")
+    assert res.exit_code == 3 and not res.timed_out
+    assert res.stragglers_killed >= 1
+    assert processes_with(token) == []
+
+
+def test_run_command_reports_signal_env_and_caps_log(tmp_path: Path) -> None:
+    code = (
+        "import os, sys\n"
+        "print(os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'], flush=True)\n"
+        f"print(os.environ['{MARKER_VAR}'], flush=True)\n"
+        "sys.stdout.write('x' * 200000); sys.stdout.flush()\n"
+        "os.kill(os.getpid(), 11)\n"
+    )
+    env = {"PATH": os.environ["PATH"], "OMP_NUM_THREADS": "8"}
+    res = run_command(
+        [sys.executable, "-c", code], tmp_path, env, 30, tmp_path / "log", max_log_bytes=5000
+    )
+    assert res.signal == signal.SIGSEGV and res.exit_code is None and not res.timed_out
+    assert res.log_truncated
+    log = (tmp_path / "log").read_text()
+    assert "1 1\n" in log and res.run_id in log
+    assert len(log) < 6000
+
+
+def test_run_command_watchdog_kills(tmp_path: Path) -> None:
+    calls = []
+
+    def watchdog() -> str | None:
+        calls.append(1)
+        return "enough" if len(calls) > 3 else None
+
+    res = run_command(
+        ["sleep", "1000"],
+        tmp_path,
+        {"PATH": os.environ["PATH"]},
+        60,
+        tmp_path / "log",
+        watchdog=watchdog,
+    )
+    assert res.timed_out and res.kill_reason == "enough" and res.duration_s < 10
+
+
+# ---------------------------------------------------------------------------------------------
+# Restores and static parts (no torch)
+
+
+def _spec(**kw: Any) -> PacketSpec:
+    base: dict[str, Any] = {
+        "id": "t",
+        "title": "t",
+        "configurations": ["cpu-1"],
+        "editable_paths": ["pkg/**"],
+        "protected_paths": ["tests/**"],
+        "public_test_command": "true",
+    }
+    return PacketSpec.model_validate(base | kw)
+
+
+def test_restore_puts_back_and_removes(tmp_path: Path) -> None:
+    base, work, outside = tmp_path / "base", tmp_path / "work", tmp_path / "outside"
+    for root in (base, work):
+        (root / "pkg").mkdir(parents=True)
+        (root / "tests").mkdir()
+        (root / "pkg" / "a.py").write_text("a = 1\n")
+        (root / "tests" / "test_a.py").write_text("def test(): pass\n")
+        (root / "tests" / "test_b.py").write_text("def test(): pass\n")
+        (root / "README").write_text("hi\n")
+    outside.mkdir()
+    (work / "pkg" / "a.py").write_text("a = 2\n")  # editable: kept
+    (work / "pkg" / "new.py").write_text("")  # editable: kept
+    (work / "tests" / "test_a.py").write_text("def test(): assert True\n")  # restored
+    (work / "tests" / "test_b.py").unlink()  # deleted: comes back
+    (work / "tests" / "test_new.py").write_text("")  # added under protected: removed
+    (work / "conftest.py").write_text("")  # outside editable: removed
+    (work / "README").write_text("changed\n")  # outside editable: restored
+
+    info = restore_locked_paths(work, base, _spec())
+
+    assert info.removed == ["conftest.py", "tests/test_new.py"]
+    assert info.restored == ["README", "tests/test_a.py", "tests/test_b.py"]
+    assert (work / "pkg" / "a.py").read_text() == "a = 2\n"
+    assert (work / "pkg" / "new.py").exists()
+    assert tree_sha256(work / "tests") == tree_sha256(base / "tests")
+
+
+def test_restore_never_writes_through_a_symlink(tmp_path: Path) -> None:
+    base, work, outside = tmp_path / "base", tmp_path / "work", tmp_path / "outside"
+    (base / "tests").mkdir(parents=True)
+    (base / "tests" / "test_a.py").write_text("real\n")
+    work.mkdir()
+    outside.mkdir()
+    (work / "tests").symlink_to(outside)  # the diff replaced tests/ by a link
+
+    info = restore_locked_paths(work, base, _spec())
+
+    assert list(outside.iterdir()) == []
+    assert (work / "tests").is_dir() and not (work / "tests").is_symlink()
+    assert (work / "tests" / "test_a.py").read_text() == "real\n"
+    assert info.removed == ["tests"] and info.restored == ["tests/test_a.py"]
+
+
+def test_fixture_packet_is_valid_and_canary_free() -> None:
+    spec = load_packet_spec(PACKET_DIR / "packet.yaml")
+    assert spec.id == "tiny-regression" and spec.configurations == ["cpu-1"]
+    canary = (HIDDEN_DIR / "CANARY").read_text().strip()
+    assert canary.startswith("HARNESS-CANARY-") and len(canary.splitlines()) == 1
+    for path in (ROOT / "tests" / "fixtures").rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), f"canary leaked into {path}"
+    for path in HIDDEN_DIR.rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".patch"):
+            assert canary in path.read_text(), f"{path} does not carry the canary"
+
+
+def test_discover_hidden_tests_reads_docstrings() -> None:
+    tests = {t.nodeid: t.statement for t in discover_hidden_tests(HIDDEN_DIR / "checks")}
+    assert "test_warmup.py::test_resume_mid_warmup_equals_uninterrupted" in tests
+    assert all(s for s in tests.values())
+
+
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
+    diff = tmp_path / "empty.patch"
+    diff.write_text("")
+    proc, report, _ = run_grader(
+        baseline=PACKET_DIR / "repo",
+        packet=PACKET_DIR / "packet.yaml",
+        diff=diff,
+        hidden=tmp_path,  # no checks/ in it
+        out=tmp_path / "out",
+    )
+    assert proc.returncode == 2 and report is None
+    assert proc.stderr.count("\n") == 1 and "checks/" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# A pure-Python task: the grader's behaviour without torch
+
+
+CALC_HIDDEN = '''
+import os
+import sys
+
+import pytest
+
+
+def calc():
+    root = os.environ["GRADING_WORKDIR"]
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    import calc
+    return calc
+
+
+def test_add():
+    """add(2, 3) is 5."""
+    assert calc().add(2, 3) == 5
+
+
+def test_mul():
+    """mul(2, 3) is 6."""
+    assert calc().mul(2, 3) == 6
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_square(n):
+    """square(n) is n * n."""
+    assert calc().square(n) == n * n
+
+
+def test_needs_gpu():
+    """Runs only where CUDA is."""
+    pytest.skip("no CUDA device here")
+
+
+def test_sees_baseline_and_not_work_conftest():
+    """The checks see the pristine baseline and no conftest.py from the graded tree."""
+    assert os.path.isfile(os.path.join(os.environ["GRADING_BASELINE"], "calc.py"))
+    assert "WORK_CONFTEST" not in os.environ
+'''
+
+
+@pytest.fixture()
+def calc_task(tmp_path: Path) -> dict[str, Path]:
+    root = tmp_path / "calc-task"
+    repo = root / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    packet = {
+        "id": "calc",
+        "title": "calc",
+        "configurations": ["cpu-1"],
+        "editable_paths": ["**"],
+        "protected_paths": ["tests/**"],
+        "public_test_command": "python -m pytest -q -p no:cacheprovider tests",
+        "public_test_timeout_s": 30,
+    }
+    (root / "packet.yaml").write_text(yaml.safe_dump(packet))
+    hidden = root / "hidden"
+    (hidden / "checks").mkdir(parents=True)
+    (hidden / "checks" / "test_calc_hidden.py").write_text(CALC_HIDDEN)
+    (hidden / "CANARY").write_text("HARNESS-CANARY-00000000-0000-4000-8000-000000000000\n")
+    return {"root": root, "repo": repo, "packet": root / "packet.yaml", "hidden": hidden}
+
+
+def grade_calc(
+    task: dict[str, Path],
+    tmp_path: Path,
+    change: Callable[[Path], None],
+    name: str,
+    extra: list[str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    diff = make_diff(task["repo"], tmp_path, change)
+    proc, report, _ = run_grader(
+        baseline=task["repo"],
+        packet=task["packet"],
+        diff=diff,
+        hidden=task["hidden"],
+        out=tmp_path / name,
+        extra=extra,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert report is not None
+    return proc, report
+
+
+CALC_SOLVED = (
+    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n\n\n"
+    "def square(n):\n    return n * n\n"
+)
+
+
+def test_calc_outcomes_and_ignored_conftest(calc_task: dict[str, Path], tmp_path: Path) -> None:
+    def change(repo: Path) -> None:
+        (repo / "calc.py").write_text(CALC_SOLVED.replace("return n * n", "return n * 2"))
+        # Editable here ("**"), so it stays in the tree: the public command may load it, the
+        # hidden run must not.
+        (repo / "conftest.py").write_text(
+            "import os\nos.environ['WORK_CONFTEST'] = '1'\n"
+            "def pytest_collection_modifyitems(items):\n    items.clear()\n"
+        )
+
+    _, report = grade_calc(calc_task, tmp_path, change, "calc-mixed")
+    got = outcomes(report)
+    assert got == {
+        "public-tests": "fail",  # the conftest deselects everything: pytest exits 5
+        "hidden:test_calc_hidden.py::test_add": "pass",
+        "hidden:test_calc_hidden.py::test_mul": "pass",
+        "hidden:test_calc_hidden.py::test_square[1]": "fail",
+        "hidden:test_calc_hidden.py::test_square[2]": "pass",
+        "hidden:test_calc_hidden.py::test_square[3]": "fail",
+        "hidden:test_calc_hidden.py::test_needs_gpu": "not_run",
+        "hidden:test_calc_hidden.py::test_sees_baseline_and_not_work_conftest": "pass",
+    }
+    assert report["verdict"] == "incomplete"
+    by_id = {c["id"]: c for c in report["contracts"]}
+    assert by_id["hidden:test_calc_hidden.py::test_square[1]"]["statement"] == (
+        "square(n) is n * n."
+    )
+    assert "no CUDA device" in by_id["hidden:test_calc_hidden.py::test_needs_gpu"]["reason"]
+    assert "assert" in by_id["hidden:test_calc_hidden.py::test_square[3]"]["evidence"]["message"]
+    assert report["counts"] == {
+        "pass": 4,
+        "fail": 3,
+        "crash": 0,
+        "hang": 0,
+        "not_run": 1,
+        "diff_rejected": 0,
+    }
+    assert report["diff"]["applied"] and not report["diff"]["canary_found"]
+
+
+def test_calc_hang_and_crash_are_per_test(calc_task: dict[str, Path], tmp_path: Path) -> None:
+    token = f"grading-test-{uuid.uuid4().hex}"
+
+    def change(repo: Path) -> None:
+        (repo / "calc.py").write_text(
+            CALC_SOLVED
+            + textwrap.dedent(f"""
+            import os as _os
+            import subprocess as _sp
+            import sys as _sys
+            import time as _time
+
+
+            def mul(a, b):
+                # a daemon that outlives the test, then a hang
+                _sp.Popen([_sys.executable, "-c", "import time; time.sleep(1000)", "{token}"],
+                          start_new_session=True)
+                while True:
+                    _time.sleep(0.1)
+
+
+            def square(n):
+                if n == 2:
+                    _os.abort()
+                return n * n
+            """)
+        )
+
+    _, report = grade_calc(
+        calc_task, tmp_path, change, "calc-hang", extra=["--hidden-test-timeout-s", "3"]
+    )
+    got = outcomes(report)
+    assert got["hidden:test_calc_hidden.py::test_add"] == "pass"
+    assert got["hidden:test_calc_hidden.py::test_mul"] == "hang"
+    assert got["hidden:test_calc_hidden.py::test_square[1]"] == "pass"
+    assert got["hidden:test_calc_hidden.py::test_square[2]"] == "crash"
+    assert got["hidden:test_calc_hidden.py::test_square[3]"] == "pass"
+    assert got["hidden:test_calc_hidden.py::test_needs_gpu"] == "not_run"
+    assert got["public-tests"] == "pass"
+    mul = next(c for c in report["contracts"] if c["id"].endswith("::test_mul"))
+    assert "no hidden test finished within 3 s" in mul["reason"]
+    assert processes_with(token) == []
+    assert_no_run_survives(report)
+
+
+def test_calc_collection_error_keeps_contract_ids(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    checks = calc_task["hidden"] / "checks"
+    (checks / "test_calc_hidden.py").write_text("import calc  # at import time\n" + CALC_HIDDEN)
+
+    def change(repo: Path) -> None:
+        (repo / "calc.py").write_text("raise ImportError('broken on purpose')\n")
+
+    _, report = grade_calc(calc_task, tmp_path, change, "calc-collect")
+    hidden = [c for c in report["contracts"] if c["kind"] == "hidden_check"]
+    assert {c["id"] for c in hidden} == {
+        "hidden:test_calc_hidden.py::test_add",
+        "hidden:test_calc_hidden.py::test_mul",
+        "hidden:test_calc_hidden.py::test_square",
+        "hidden:test_calc_hidden.py::test_needs_gpu",
+        "hidden:test_calc_hidden.py::test_sees_baseline_and_not_work_conftest",
+    }
+    assert all(c["outcome"] == "crash" and c["reason"] == "collection error" for c in hidden)
+    assert report["contracts"][0]["outcome"] == "fail"
+
+
+def test_calc_public_hang_is_killed(calc_task: dict[str, Path], tmp_path: Path) -> None:
+    packet = yaml.safe_load(calc_task["packet"].read_text())
+    packet["public_test_timeout_s"] = 2
+    calc_task["packet"].write_text(yaml.safe_dump(packet))
+    token = f"grading-test-{uuid.uuid4().hex}"
+
+    def change(repo: Path) -> None:
+        # Hangs on import, only under the public tests (the hidden run sets GRADING_WORKDIR),
+        # after starting a daemon in a session of its own.
+        (repo / "calc.py").write_text(
+            CALC_SOLVED
+            + textwrap.dedent(f"""
+            import os, subprocess, sys, time
+            if "GRADING_WORKDIR" not in os.environ:
+                subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)",
+                                  "{token}"], start_new_session=True)
+                time.sleep(1000)
+            """)
+        )
+
+    _, report = grade_calc(calc_task, tmp_path, change, "calc-public-hang")
+    public = report["contracts"][0]
+    assert public["outcome"] == "hang" and public["evidence"]["timed_out"]
+    assert public["evidence"]["duration_s"] < 10
+    assert processes_with(token) == []
+    assert_no_run_survives(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tiny-regression fixture task (needs torch)
+
+
+@pytest.fixture()
+def torch_available() -> None:
+    pytest.importorskip("torch")
+
+
+def grade_tiny(
+    tmp_path: Path,
+    diff: Path,
+    name: str,
+    *,
+    packet_overrides: dict[str, Any] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    packet = PACKET_DIR / "packet.yaml"
+    if packet_overrides:
+        data = yaml.safe_load(packet.read_text()) | packet_overrides
+        packet = tmp_path / f"{name}-packet.yaml"
+        packet.write_text(yaml.safe_dump(data))
+    proc, report, _ = run_grader(
+        baseline=PACKET_DIR / "repo",
+        packet=packet,
+        diff=diff,
+        hidden=HIDDEN_DIR,
+        out=tmp_path / name,
+        extra=["--hidden-test-timeout-s", str(TORCH_TEST_TIMEOUT_S)],
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert report is not None
+    return proc, report
+
+
+def _apply_reference(repo: Path) -> None:
+    _git(["apply", "--binary", str(REFERENCE_PATCH)], repo)
+
+
+def _hidden(report: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in outcomes(report).items() if k.startswith("hidden:")}
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_reference_solution_is_complete(tmp_path: Path) -> None:
+    proc, report = grade_tiny(tmp_path, REFERENCE_PATCH, "reference")
+    assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
+    assert len(_hidden(report)) >= 8
+    assert report["diff"]["canary_found"]  # the reference carries it; an agent's diff must not
+    assert report["task_id"] == "tiny-regression" and report["torch_version"]
+    assert "arm" not in report  # the grader is never told the arm
+    assert "complete" in proc.stdout
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_empty_diff_grades_the_baseline(tmp_path: Path) -> None:
+    diff = tmp_path / "empty.patch"
+    diff.write_bytes(b"")
+    _, report = grade_tiny(tmp_path, diff, "empty")
+    assert report["verdict"] == "incomplete"
+    assert report["diff"]["empty"] and report["diff"]["applied"]
+    assert outcomes(report)["public-tests"] == "pass"
+    assert set(_hidden(report).values()) == {"fail"}
+
+
+def test_corrupt_diff_is_rejected(tmp_path: Path) -> None:
+    diff = tmp_path / "corrupt.patch"
+    good = REFERENCE_PATCH.read_text()
+    diff.write_text(good.replace("@@ -34,6 +34,9 @@", "@@ -34,6 +34,99 @@"))
+    proc, report, elapsed = run_grader(
+        baseline=PACKET_DIR / "repo",
+        packet=PACKET_DIR / "packet.yaml",
+        diff=diff,
+        hidden=HIDDEN_DIR,
+        out=tmp_path / "corrupt",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert report is not None and report["verdict"] == "diff_rejected"
+    assert set(outcomes(report).values()) == {"diff_rejected"}
+    assert not report["diff"]["applied"] and report["diff"]["apply_error"]
+    assert len(report["contracts"]) > 1
+    assert not (tmp_path / "corrupt" / "logs" / "public-tests.log").exists()
+    assert elapsed < 30
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_rewritten_public_tests_are_restored(tmp_path: Path) -> None:
+    def change(repo: Path) -> None:
+        edit(
+            repo / "tinytrain" / "trainer.py",
+            "def train(config: TrainConfig) -> TrainResult:\n",
+            "def train(config: TrainConfig) -> TrainResult:\n"
+            "    raise NotImplementedError('gave up')\n",
+        )
+        (repo / "tests" / "test_train.py").unlink()
+        (repo / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+        (repo / "conftest.py").write_text(
+            "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\n"
+            "def pytest_runtest_makereport(item, call):\n"
+            "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+        )
+
+    diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
+    _, report = grade_tiny(tmp_path, diff, "tamper")
+    assert report["restore"] == {
+        "restored": ["tests/test_train.py"],
+        "removed": ["conftest.py", "tests/test_ok.py"],
+    }
+    assert outcomes(report)["public-tests"] == "fail"
+    assert set(_hidden(report).values()) == {"fail"}
+    assert report["verdict"] == "incomplete"
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_hanging_resume_is_hang_and_leaves_nothing(tmp_path: Path) -> None:
+    token = f"grading-test-{uuid.uuid4().hex}"
+
+    def change(repo: Path) -> None:
+        _apply_reference(repo)
+        edit(
+            repo / "tinytrain" / "trainer.py",
+            '    """Restore everything ``save_checkpoint`` wrote; returns the number of completed '
+            'steps."""\n',
+            '    """Restore everything ``save_checkpoint`` wrote; returns the number of completed '
+            'steps."""\n'
+            "    import subprocess, sys, time\n"
+            f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1000)', "
+            f"'{token}'], start_new_session=True)\n"
+            "    while True:\n        time.sleep(0.2)\n",
+        )
+
+    diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
+    _, report = grade_tiny(tmp_path, diff, "hang", packet_overrides={"public_test_timeout_s": 10})
+    got = outcomes(report)
+    assert got["public-tests"] == "hang"
+    assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "hang"
+    others = {k: v for k, v in _hidden(report).items() if "resume" not in k}
+    assert set(others.values()) == {"pass"}, others
+    assert processes_with(token) == []
+    assert_no_run_survives(report)
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_crashing_resume_is_crash(tmp_path: Path) -> None:
+    def change(repo: Path) -> None:
+        _apply_reference(repo)
+        edit(
+            repo / "tinytrain" / "trainer.py",
+            "    state = torch.load(path, weights_only=True)\n",
+            "    import os\n    os.abort()\n    state = torch.load(path, weights_only=True)\n",
+        )
+
+    diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
+    _, report = grade_tiny(tmp_path, diff, "crash")
+    got = outcomes(report)
+    assert got["public-tests"] == "crash"  # the shell reports SIGABRT as 134
+    assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "crash"
+    others = {k: v for k, v in _hidden(report).items() if "resume" not in k}
+    assert set(others.values()) == {"pass"}, others
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_wrong_ramp_fails_the_feature_checks(tmp_path: Path) -> None:
+    def change(repo: Path) -> None:
+        _apply_reference(repo)
+        edit(
+            repo / "tinytrain" / "trainer.py",
+            "return min(1.0, (step + 1) / warmup_steps)",
+            "return min(1.0, step / warmup_steps)",
+        )
+
+    diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
+    _, report = grade_tiny(tmp_path, diff, "wrong")
+    got = _hidden(report)
+    assert outcomes(report)["public-tests"] == "pass"
+    assert got["hidden:test_warmup.py::test_lr_follows_linear_warmup[5-12]"] == "fail"
+    assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "fail"
+    assert got["hidden:test_warmup.py::test_warmup_zero_is_bitwise_baseline"] == "pass"
+    assert report["verdict"] == "incomplete"
+
+
+def _play_scripted_edits(repo: Path) -> None:
+    """Apply the file-changing steps of the scripted agent fixture, as its tools would."""
+    script = yaml.safe_load(SCRIPTED_SOLVE.read_text())
+    tools = [step["tool"] for step in script["steps"]]
+    assert tools[-1] == "submit" and "run_public_tests" in tools
+    for step in script["steps"]:
+        args = step.get("args", {})
+        if step["tool"] == "write_file":
+            (repo / args["path"]).write_text(args["content"])
+        elif step["tool"] == "edit_file":
+            edit(repo / args["path"], args["old"], args["new"])
+        elif step["tool"] == "read_file":
+            assert (repo / args["path"]).is_file()
+
+
+@pytest.mark.usefixtures("torch_available")
+def test_scripted_agent_fixture_solves_the_task(tmp_path: Path) -> None:
+    assert b"HARNESS-CANARY" not in SCRIPTED_SOLVE.read_bytes()
+    diff = make_diff(PACKET_DIR / "repo", tmp_path, _play_scripted_edits)
+    _, report = grade_tiny(tmp_path, diff, "scripted")
+    assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
+    assert not report["diff"]["canary_found"]

@@ -1,0 +1,154 @@
+"""Whole sessions for real: container, scripted agent, transcript, diff, grade, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from harness import records
+from harness.session import SessionOptions, run_session
+from harness.transcript import read_events, verify
+from tests.conftest import session_containers, write_script, write_study
+
+SESSION = "tiny-regression-pair1-control"
+
+
+def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient) -> None:
+    record = records.read_record(demo_attempt)
+    assert record.status == "finished" and record.outcome == "submitted"
+    assert record.image_id.startswith("sha256:") and record.container
+    assert record.diff is not None and record.diff.files_changed
+    assert record.grades and record.grades[-1].verdict == "complete"
+    report = verify(demo_attempt / records.TRANSCRIPT_NAME)
+    assert report.ok and not report.partial_tail
+    kinds = [e.kind for e in read_events(demo_attempt / records.TRANSCRIPT_NAME)]
+    assert kinds[0] == "session_start" and kinds[-1] == "session_end"
+    assert {"model_request", "model_response", "tool_call", "tool_result", "diff"} <= set(kinds)
+    manifest = json.loads((demo_attempt / records.MANIFEST_NAME).read_text())
+    for rel, digest in manifest["files"].items():
+        if not digest.startswith("symlink:"):
+            assert records.sha256_file(demo_attempt / rel) == digest, rel
+    assert session_containers(client, SESSION) == []
+
+
+def test_editing_one_byte_of_a_transcript_fails_verify_naming_the_event(
+    demo_attempt: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "transcript.jsonl"
+    original = (demo_attempt / records.TRANSCRIPT_NAME).read_bytes()
+    lines = original.splitlines(keepends=True)
+    target = next(i for i, line in enumerate(lines) if b'"kind":"tool_result"' in line)
+    line = bytearray(lines[target])
+    position = line.index(b'"exit_code":') + len(b'"exit_code":')
+    line[position] = ord("7") if line[position] != ord("7") else ord("8")
+    lines[target] = bytes(line)
+    copy.write_bytes(b"".join(lines))
+    (tmp_path / "blobs").mkdir()
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "verify", str(copy)],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"event {target} (tool_result)" in result.stderr
+
+
+def test_symlink_to_host_file_and_rewritten_history(tmp_path: Path) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": (
+            "ln -s /etc/passwd leak && ln -s ../../../../root host-root && "
+            "echo '# changed by the agent' >> train.py && printf '\\x00\\x01' > blob.bin && "
+            "git add -A && git commit -qm evil && rm -rf .git && git init -q && "
+            "git add -A && git commit -qm 'a clean-looking history'")}},
+        {"tool": "submit", "args": {"summary": "done"}},
+    ])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    patch = (attempt / "submission.diff").read_text(errors="replace")
+    assert "new file mode 120000" in patch and "+/etc/passwd" in patch
+    assert "root:x:0:0" not in patch  # the link was not followed
+    assert "+# changed by the agent" in patch and "blob.bin" in patch
+    assert (attempt / "final" / "leak").is_symlink()
+    assert not (attempt / "final" / ".git").exists()
+
+
+def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
+    tmp_path: Path, client: docker.DockerClient
+) -> None:
+    study = write_study(tmp_path)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False,
+                                   fail_after_tool_calls=1), log=lambda _m: None)
+    attempt = tmp_path / "runs" / "demo" / SESSION / "attempt-1"
+    record = records.read_record(attempt)
+    assert record.outcome == "harness_error" and "injected failure" in (record.error or "")
+    assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert session_containers(client, SESSION) == []
+
+
+def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.DockerClient) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": "echo working; sleep 60"}},
+        {"tool": "submit", "args": {"summary": "never reached"}},
+    ])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "session", "--study",
+                             str(study), "--pair", "1", "--arm", "control", "--no-grade"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    transcript = tmp_path / "runs" / "demo" / SESSION / "attempt-1" / records.TRANSCRIPT_NAME
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if transcript.exists() and b'"kind":"tool_call"' in transcript.read_bytes():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the session never reached its first tool call")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(session_containers(client, SESSION)) == 1  # left behind by the kill
+    assert verify(transcript).ok
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--runs",
+                             str(tmp_path / "runs")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert session_containers(client, SESSION) == []
+    record = records.read_record(transcript.parent)
+    assert record.status == "interrupted" and record.outcome == "interrupted"
+    report = verify(transcript)
+    assert report.ok and read_events(transcript)[-1].kind == "session_interrupted"
+
+
+def test_tool_call_budget_ends_the_session_and_the_diff_is_still_graded(
+    tmp_path: Path,
+) -> None:
+    study = write_study(tmp_path, budget={"tool_calls": 2})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
+                          log=lambda _m: None)
+    record = records.read_record(attempt)
+    assert record.outcome == "budget_exhausted:tool_calls"
+    assert record.usage is not None and record.usage.tool_calls == 2
+    assert record.diff is not None and record.grades  # extracted and graded all the same
+    assert record.grades[-1].verdict in ("incomplete", "complete")
+
+
+def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": "sleep 120", "timeout_s": 600}},
+        {"tool": "submit", "args": {"summary": "too late"}},
+    ])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"},
+                        budget={"wall_seconds": 6})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    record = records.read_record(attempt)
+    assert record.outcome == "budget_exhausted:wall_seconds"
+    results = [e for e in read_events(attempt / records.TRANSCRIPT_NAME)
+               if e.kind == "tool_result"]
+    assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
+    assert record.diff is not None
