@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -56,8 +55,6 @@ class SessionOptions(BaseModel):
     model: str | None = None  # overrides the study's model; the session is then outside the study
     grade: bool = True
     gpus: int = 0
-    # Test hook: raise inside the agent phase to exercise the exception path for real.
-    fail_after_tool_calls: int | None = None
 
 
 @contextmanager
@@ -169,8 +166,6 @@ def _run_attempt(
             ledger.start()
             runner = ToolRunner(sandbox, packet, ledger, attempt_dir / "artifacts",
                                 gpus_available=bool(lease.gpu_ids))
-            if options.fail_after_tool_calls is not None:
-                runner = _FailingRunner(runner, options.fail_after_tool_calls)
             outcome = run_agent(provider, tools, runner, ledger, transcript,
                                 system_prompt=system_prompt, task_md=packet.task_md,
                                 max_output_tokens=agent_settings.max_output_tokens)
@@ -240,21 +235,6 @@ def _finalize_diff(
             raise
 
 
-class _FailingRunner(ToolRunner):
-    """Raises a real exception after N tool calls: the exception path, exercised for real."""
-
-    def __init__(self, inner: ToolRunner, after: int) -> None:
-        self.__dict__.update(inner.__dict__)
-        self._after = after
-        self._seen = 0
-
-    def run(self, name: str, args: dict[str, Any]) -> Any:
-        if self._seen >= self._after:
-            raise RuntimeError(f"injected failure after {self._after} tool calls")
-        self._seen += 1
-        return super().run(name, args)
-
-
 def mark_interrupted(runs_root: Path) -> list[Path]:
     """Sessions whose harness died without ending them (e.g. SIGKILL): mark them interrupted.
 
@@ -279,7 +259,3 @@ def mark_interrupted(runs_root: Path) -> list[Path]:
         records.write_manifest(attempt_dir)
         marked.append(attempt_dir)
     return marked
-
-
-def temp_runs_dir() -> Path:  # pragma: no cover - convenience for manual runs
-    return Path(tempfile.mkdtemp(prefix="harness-runs-"))

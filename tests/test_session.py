@@ -14,6 +14,7 @@ import docker
 import pytest
 
 from harness import records
+from harness.agent.tools import ToolRunner
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, verify
 from tests.conftest import session_containers, write_script, write_study
@@ -79,12 +80,22 @@ def test_symlink_to_host_file_and_rewritten_history(tmp_path: Path) -> None:
 
 
 def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
-    tmp_path: Path, client: docker.DockerClient
+    tmp_path: Path, client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    real_run = ToolRunner.run
+    calls = []
+
+    def failing_run(self: ToolRunner, name: str, args: dict[str, object]) -> object:
+        calls.append(name)
+        if len(calls) > 1:  # the second tool call blows up inside the harness
+            raise RuntimeError("injected failure after 1 tool call")
+        return real_run(self, name, args)
+
+    monkeypatch.setattr(ToolRunner, "run", failing_run)
     study = write_study(tmp_path)
     with pytest.raises(RuntimeError, match="injected failure"):
-        run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False,
-                                   fail_after_tool_calls=1), log=lambda _m: None)
+        run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                    log=lambda _m: None)
     attempt = tmp_path / "runs" / "demo" / SESSION / "attempt-1"
     record = records.read_record(attempt)
     assert record.outcome == "harness_error" and "injected failure" in (record.error or "")

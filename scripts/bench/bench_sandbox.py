@@ -63,7 +63,8 @@ def main() -> None:
 
     rows = [("exec of `true`", exec_bare, exec_harness),
             ("session start+exec+remove", start_bare, start_harness)]
-    print(f"{'measure':<28}{'bare ms':>10}{'harness ms':>12}{'ratio':>8}   (median of {args.reps}+)")
+    print(f"{'measure':<28}{'bare ms':>10}{'harness ms':>12}{'ratio':>8}"
+          f"   (medians of {args.reps}+ interleaved runs)")
     for name, b, h in rows:
         mb, mh = statistics.median(b) * 1000, statistics.median(h) * 1000
         print(f"{name:<28}{mb:>10.1f}{mh:>12.1f}{mh / mb:>8.2f}")
