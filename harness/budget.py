@@ -130,32 +130,47 @@ class Ledger:
                       "candidate_runs": self.usage.candidate_runs}
         self._on_change("budget", counts)
 
-    def max_output_tokens(self, requested: int) -> int:
-        """The largest completion the next model call may ask for without overrunning."""
-        left = [requested]
-        if self.budget.tokens_output is not None:
-            left.append(self.budget.tokens_output - self.usage.tokens_output)
-        if self.budget.tokens_total is not None:
-            left.append(self.budget.tokens_total - self.usage.tokens_total)
-        return max(0, min(left))
+    def reserve_model_call(self, input_bound: int, requested_output: int) -> int:
+        """The ``max_tokens`` the next model call may use, so that its worst case fits.
 
-    def check_tokens(self) -> None:
+        ``input_bound`` is an upper bound on the call's input tokens. Raises BudgetExhausted
+        naming the budget when not even one output token would fit.
+        """
         u, b = self.usage, self.budget
-        for kind, used, cap in (("tokens_input", u.tokens_input, b.tokens_input),
-                                ("tokens_output", u.tokens_output, b.tokens_output),
-                                ("tokens_total", u.tokens_total, b.tokens_total)):
-            if cap is not None and used >= cap:
-                raise BudgetExhausted(kind, f"{used} of {cap}")  # type: ignore[arg-type]
+        if b.tokens_input is not None and u.tokens_input + input_bound > b.tokens_input:
+            raise BudgetExhausted("tokens_input", f"{u.tokens_input} used, next call up to "
+                                                  f"{input_bound}, cap {b.tokens_input}")
+        allowed = requested_output
+        limiting: BudgetKind | None = None
+        if b.tokens_output is not None and b.tokens_output - u.tokens_output < allowed:
+            allowed, limiting = b.tokens_output - u.tokens_output, "tokens_output"
+        if b.tokens_total is not None:
+            room = b.tokens_total - u.tokens_total - input_bound
+            if room < allowed:
+                allowed, limiting = room, "tokens_total"
+        if allowed < 1:
+            raise BudgetExhausted(limiting or "tokens_total",
+                                  f"{u.tokens_total} tokens used; the next call could need "
+                                  f"{input_bound} input tokens")
+        return allowed
 
     def add_tokens(self, input_tokens: int, output_tokens: int) -> None:
         with self._lock:
             self.usage.tokens_input += input_tokens
             self.usage.tokens_output += output_tokens
             self.usage.tokens_total += input_tokens + output_tokens
-            data = {"tokens_input": self.usage.tokens_input,
-                    "tokens_output": self.usage.tokens_output,
-                    "tokens_total": self.usage.tokens_total}
+            u, b = self.usage, self.budget
+            data: dict[str, Any] = {"tokens_input": u.tokens_input,
+                                    "tokens_output": u.tokens_output,
+                                    "tokens_total": u.tokens_total}
+            overruns = {kind: {"used": used, "cap": cap} for kind, used, cap in (
+                ("tokens_input", u.tokens_input, b.tokens_input),
+                ("tokens_output", u.tokens_output, b.tokens_output),
+                ("tokens_total", u.tokens_total, b.tokens_total),
+            ) if cap is not None and used > cap}
         self._on_change("budget", data)
+        if overruns:  # the provider reported more than the bound allowed: say so, loudly
+            self._on_change("budget_overrun", overruns)
 
     def add_compute(self, category: ComputeCategory, seconds: float) -> None:
         with self._lock:

@@ -168,7 +168,8 @@ def _run_attempt(
                                 gpus_available=bool(lease.gpu_ids))
             outcome = run_agent(provider, tools, runner, ledger, transcript,
                                 system_prompt=system_prompt, task_md=packet.task_md,
-                                max_output_tokens=agent_settings.max_output_tokens)
+                                max_output_tokens=agent_settings.max_output_tokens,
+                                tool_output_chars=agent_settings.tool_output_chars)
             record.outcome = outcome.outcome
             transcript.append("agent_end", outcome.model_dump(mode="json"))
             _finalize_diff(sandbox, attempt_dir, record, transcript)

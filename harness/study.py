@@ -44,6 +44,19 @@ class TaskRef(BaseModel):
         return _resolve(self.hidden or Path("hidden") / self.id)
 
 
+class RetryPolicy(BaseModel):
+    """Retries of one model turn (tenacity): backoff with jitter, Retry-After honoured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=6, ge=1)
+    max_total_s: float = Field(default=600.0, gt=0)  # waiting + attempts, per model turn
+    initial_wait_s: float = Field(default=1.0, ge=0)
+    max_wait_s: float = Field(default=60.0, ge=0)
+    jitter_s: float = Field(default=1.0, ge=0)
+    request_timeout_s: float = Field(default=600.0, gt=0)
+
+
 class AgentSettings(BaseModel):
     """The model every session of the study uses, and its call settings."""
 
@@ -52,8 +65,13 @@ class AgentSettings(BaseModel):
     model: str = Field(pattern=r"^(scripted|openai|anthropic):.+$")
     temperature: float | None = None
     max_output_tokens: int = Field(default=4096, gt=0)
+    # Provider reasoning options: openai {"effort": "high"}; anthropic
+    # {"thinking_budget_tokens": 4096}.
     reasoning: dict[str, str | int | bool] = Field(default_factory=dict)
     system_prompt: str | None = None
+    # What the model sees of one tool output (head + tail); the whole is kept as an artifact.
+    tool_output_chars: int = Field(default=16_000, ge=1000)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
 
 
 class Study(BaseModel):

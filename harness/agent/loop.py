@@ -2,17 +2,20 @@
 
 system prompt + TASK.md + the arm's tools -> model turn -> tool calls executed in the
 container -> observations back, until the agent submits, stops, or a budget runs out.
-Every step is a transcript event; budgets are checked before each model call and each tool
-call, so no budget can be overrun by more than the call already in flight.
+Every step is a transcript event. Budgets are checked before each model call and each tool
+call: a model call starts only if its worst case fits (input tokens estimated from above,
+output tokens capped by ``max_tokens``), so no token budget can be overrun.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from pydantic import BaseModel
 
-from harness.agent.providers.base import Provider
+from harness.agent.providers.base import DeadlineReached, Provider, ProviderError
 from harness.agent.tools import ToolRunner, ToolSpec
 from harness.budget import BudgetExhausted, Ledger
 from harness.transcript import TranscriptWriter
@@ -23,15 +26,20 @@ DEFAULT_SYSTEM_PROMPT = (
     "(distributed training, checkpoint resume, export). Use the tools to read, edit, test "
     "and run the code. When you are done, call `submit` with a short summary."
 )
+# Framing tokens a provider adds per message and per request beyond the text itself.
+MESSAGE_OVERHEAD_TOKENS = 16
+REQUEST_OVERHEAD_TOKENS = 256
 
 
 class AgentOutcome(BaseModel):
     """How the agent part of a session ended."""
 
-    outcome: str  # submitted | agent_stopped | budget_exhausted:<kind>
+    # submitted | agent_stopped | budget_exhausted:<kind> | provider_error:<kind>
+    outcome: str
     summary: str = ""
     turns: int = 0
     tool_calls: int = 0
+    error: str = ""
 
 
 def build_system_prompt(base: str | None, tools: list[ToolSpec]) -> str:
@@ -39,6 +47,44 @@ def build_system_prompt(base: str | None, tools: list[ToolSpec]) -> str:
     lines = [base or DEFAULT_SYSTEM_PROMPT, "", "Tools:"]
     lines += [f"- {tool.name}: {tool.description}" for tool in tools]
     return "\n".join(lines)
+
+
+def cut_for_model(text: str, limit: int, artifact: str | None) -> str:
+    """Head and tail of a tool output, with an explicit marker where the middle was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    where = f" The whole output is kept as {artifact}." if artifact else ""
+    marker = (f"\n[... {len(text) - 2 * half} characters cut here by the harness; "
+              f"{len(text)} in all.{where} ...]\n")
+    return text[:half] + marker + text[-half:]
+
+
+class InputEstimate:
+    """An upper bound on the next request's input tokens.
+
+    The provider's reported input of the previous call is exact; what was appended since
+    is bounded by its UTF-8 byte count (every tokenizer in use spends at least one byte per
+    token) plus a per-message overhead. The first call is bounded by its bytes alone.
+    """
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.counted = 0  # messages already included in ``base``
+
+    def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+        new = messages[self.counted:]
+        added = sum(len(json.dumps(m, ensure_ascii=False).encode()) + MESSAGE_OVERHEAD_TOKENS
+                    for m in new)
+        if self.counted == 0:
+            added += len(json.dumps(tools).encode()) + REQUEST_OVERHEAD_TOKENS
+        return self.base + added
+
+    def observe(self, messages: list[dict[str, Any]], input_tokens: int,
+                output_tokens: int) -> None:
+        # The assistant reply just appended is ``output_tokens`` long, exactly.
+        self.base = input_tokens + output_tokens + MESSAGE_OVERHEAD_TOKENS
+        self.counted = len(messages)
 
 
 def run_agent(
@@ -51,42 +97,73 @@ def run_agent(
     system_prompt: str,
     task_md: str,
     max_output_tokens: int,
+    tool_output_chars: int = 16_000,
 ) -> AgentOutcome:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": task_md},
     ]
     tool_dicts = [tool.api_dict() for tool in tools]
+    estimate = InputEstimate()
     turns = calls = 0
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        transcript.append(kind, data)
+        if kind == "model_attempt":
+            ledger.add_compute("inference", data["duration_s"])
+        elif kind == "model_retry_wait":
+            ledger.add_compute("retries", data["wait_s"])
+
     try:
         while True:
             ledger.check_time()
-            ledger.check_tokens()
-            allowed = ledger.max_output_tokens(max_output_tokens)
-            transcript.append("model_request", {"turn": turns, "provider": provider.name,
-                                                "max_output_tokens": allowed,
-                                                "messages": len(messages)})
-            turn = provider.next_turn(messages, tool_dicts, allowed)
+            input_bound = estimate.estimate(messages, tool_dicts)
+            allowed = ledger.reserve_model_call(input_bound, max_output_tokens)
+            transcript.append("model_request", {
+                "turn": turns, "provider": provider.name, "settings":
+                provider.request_settings(), "max_output_tokens": allowed,
+                "input_tokens_bound": input_bound, "messages": messages[estimate.counted:],
+                "message_count": len(messages),
+            })
+            started = time.monotonic()
+            turn = provider.next_turn(messages, tool_dicts, allowed,
+                                      time_left=ledger.time_left, on_event=on_event)
             turns += 1
-            transcript.append("model_response", turn.model_dump(mode="json"))
+            transcript.append("model_response", {
+                **turn.model_dump(mode="json"), "duration_s": round(time.monotonic() - started, 4)
+            })
             ledger.add_tokens(turn.usage.input_tokens, turn.usage.output_tokens)
             messages.append({"role": "assistant", "content": turn.text,
-                             "tool_calls": [c.model_dump() for c in turn.tool_calls]})
+                             "tool_calls": [c.model_dump() for c in turn.tool_calls],
+                             "provider_content": turn.provider_content})
+            estimate.observe(messages, turn.usage.input_tokens, turn.usage.output_tokens)
             if not turn.tool_calls:
-                return AgentOutcome(outcome="agent_stopped", turns=turns, tool_calls=calls)
+                return AgentOutcome(outcome="agent_stopped", turns=turns, tool_calls=calls,
+                                    summary=turn.text[:2000])
             for call in turn.tool_calls:
                 ledger.begin_tool_call(candidate_run=runner.is_candidate_run(call.name))
                 calls += 1
                 transcript.append("tool_call", call.model_dump(mode="json"))
                 result = runner.run(call.name, call.args)
-                transcript.append("tool_result", {"id": call.id, "name": call.name,
-                                                  **result.model_dump(mode="json")})
-                messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": result.output})
+                shown = cut_for_model(result.output, tool_output_chars, result.artifact)
+                transcript.append("tool_result", {
+                    "id": call.id, "name": call.name, **result.model_dump(mode="json"),
+                    "shown_to_model": shown, "cut_for_model": shown != result.output,
+                })
+                messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                                 "content": shown})
                 if result.ends_session:
                     return AgentOutcome(outcome="submitted", turns=turns, tool_calls=calls,
                                         summary=str(result.details.get("summary", "")))
-            ledger.check_tokens()
     except BudgetExhausted as exc:
         transcript.append("budget_exhausted", {"kind": exc.kind, "message": str(exc)})
-        return AgentOutcome(outcome=exc.outcome, turns=turns, tool_calls=calls)
+        return AgentOutcome(outcome=exc.outcome, turns=turns, tool_calls=calls, error=str(exc))
+    except DeadlineReached as exc:
+        kind = ledger.deadline_kind
+        transcript.append("budget_exhausted", {"kind": kind, "message": str(exc)})
+        return AgentOutcome(outcome=f"budget_exhausted:{kind}", turns=turns, tool_calls=calls,
+                            error=str(exc))
+    except ProviderError as exc:
+        transcript.append("provider_error", {"kind": exc.kind, "status": exc.status,
+                                             "message": str(exc)})
+        return AgentOutcome(outcome=exc.outcome, turns=turns, tool_calls=calls, error=str(exc))

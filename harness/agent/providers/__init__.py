@@ -16,7 +16,13 @@ def make_provider(settings: AgentSettings) -> Provider:
         from harness.agent.providers.scripted import ScriptedProvider
 
         return ScriptedProvider(_resolve(Path(name)))
-    raise HarnessError(
-        f"model provider {kind!r} is not available in this version of the harness",
-        "use a scripted:<file> model until the OpenAI/Anthropic providers land",
-    )
+    if kind == "openai":
+        from harness.agent.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(name, settings)
+    if kind == "anthropic":
+        from harness.agent.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(name, settings)
+    raise HarnessError(f"unknown model provider {kind!r}",
+                       "use scripted:<file>, openai:<model> or anthropic:<model>")

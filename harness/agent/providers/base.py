@@ -1,11 +1,26 @@
-"""What every provider returns, whatever API it speaks."""
+"""What every provider returns, whatever API it speaks, and the retry policy they share.
+
+A provider implements ``_call`` (one HTTP request, bounded by a timeout) and maps its SDK's
+errors to ``TransientError`` (worth retrying: 429, 5xx, connection drops, timeouts) or
+``ProviderError`` (not fixable by retrying: 400, 401, a malformed response). ``next_turn``
+wraps ``_call`` in tenacity: exponential backoff with jitter, ``Retry-After`` honoured, every
+attempt reported, waits reported apart from working time, and never past the session's
+deadline: each attempt's timeout is the time left.
+"""
 
 from __future__ import annotations
 
+import email.utils
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_exponential_jitter
+
+from harness.study import RetryPolicy
 
 
 class ToolCall(BaseModel):
@@ -27,13 +42,137 @@ class ModelTurn(BaseModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     stop_reason: str = ""
     model: str = ""
+    # The provider's own content blocks (e.g. Anthropic thinking blocks), sent back verbatim.
+    provider_content: list[dict[str, Any]] | None = None
+
+
+class TransientError(Exception):
+    """Worth retrying; ``retry_after`` comes from the server when it said."""
+
+    def __init__(self, detail: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class ProviderError(Exception):
+    """Retrying cannot fix it; ``kind`` names it in the session outcome."""
+
+    def __init__(self, kind: str, detail: str, *, status: int | None = None) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.status = status
+
+    @property
+    def outcome(self) -> str:
+        return f"provider_error:{self.kind}"
+
+
+class DeadlineReached(Exception):
+    """The session's time ran out while calling the model (in flight or waiting to retry)."""
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms``; None when absent."""
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            return float(millis) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+OnEvent = Callable[[str, dict[str, Any]], None]
 
 
 class Provider(ABC):
     name: str
+    retry_policy: RetryPolicy = RetryPolicy()
 
     @abstractmethod
-    def next_turn(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_output_tokens: int
+    def _call(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+        max_output_tokens: int, timeout_s: float,
     ) -> ModelTurn:
-        """One model call: the conversation so far in, the next assistant turn out."""
+        """One request. Raises TransientError or ProviderError on failure."""
+
+    def request_settings(self) -> dict[str, Any]:
+        """The model settings sent with each request (recorded in the transcript)."""
+        return {}
+
+    def next_turn(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        max_output_tokens: int,
+        *,
+        time_left: Callable[[], float] = lambda: float("inf"),
+        on_event: OnEvent = lambda _kind, _data: None,
+    ) -> ModelTurn:
+        """One model turn with retries; raises DeadlineReached or ProviderError."""
+        policy = self.retry_policy
+        started = time.monotonic()
+        attempt_no = 0
+
+        def attempt() -> ModelTurn:
+            nonlocal attempt_no
+            attempt_no += 1
+            left = time_left()
+            if left <= 0:
+                raise DeadlineReached("no time left for a model call")
+            timeout = min(policy.request_timeout_s, left)
+            t0 = time.monotonic()
+            try:
+                turn = self._call(messages, tools, max_output_tokens, timeout)
+            except (TransientError, ProviderError) as exc:
+                on_event("model_attempt", {
+                    "attempt": attempt_no, "ok": False, "error": str(exc)[:500],
+                    "error_type": type(exc).__name__, "status": exc.status,
+                    "retry_after_s": getattr(exc, "retry_after", None),
+                    "timeout_s": round(timeout, 3), "duration_s": round(time.monotonic() - t0, 4),
+                })
+                raise
+            on_event("model_attempt", {"attempt": attempt_no, "ok": True,
+                                       "timeout_s": round(timeout, 3),
+                                       "duration_s": round(time.monotonic() - t0, 4)})
+            return turn
+
+        backoff = wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
+                                          jitter=policy.jitter_s)
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            server = getattr(exc, "retry_after", None)
+            chosen = min(server, policy.max_wait_s) if server is not None else backoff(state)
+            return max(0.0, min(chosen, time_left()))
+
+        def stop(state: RetryCallState) -> bool:
+            out_of_time = time.monotonic() - started >= policy.max_total_s
+            return (stop_after_attempt(policy.max_attempts)(state) or out_of_time
+                    or time_left() <= 0)
+
+        def before_sleep(state: RetryCallState) -> None:
+            wait_s = state.next_action.sleep if state.next_action else 0.0
+            on_event("model_retry_wait", {"after_attempt": state.attempt_number,
+                                          "wait_s": round(wait_s, 4)})
+
+        retrying = Retrying(retry=retry_if_exception_type(TransientError), wait=wait,
+                            stop=stop, before_sleep=before_sleep, reraise=True)
+        try:
+            return retrying(attempt)
+        except TransientError as exc:
+            if time_left() <= 0:
+                raise DeadlineReached(f"the model did not answer in time ({exc})") from exc
+            raise ProviderError("retries_exhausted", f"{attempt_no} attempts: {exc}",
+                                status=exc.status) from exc

@@ -51,8 +51,9 @@ class ScriptedProvider(Provider):
         self.name = f"scripted:{path.name}"
         self._next = 0
 
-    def next_turn(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_output_tokens: int
+    def _call(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+        max_output_tokens: int, timeout_s: float,
     ) -> ModelTurn:
         if self._next >= len(self.script.steps):
             return ModelTurn(text="(script finished)", stop_reason="end_turn", model=self.name)
