@@ -89,7 +89,8 @@ class FakeModelServer:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
                 with outer._lock:
-                    outer.requests.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    outer.requests.append({"path": self.path, "headers": headers,
                                            "body": json.loads(raw or b"{}"),
                                            "time": time.monotonic()})
                     reply = outer.replies.pop(0) if outer.replies else Reply(
