@@ -238,17 +238,23 @@ class Sandbox:
         chunks, _stat = self.container.get_archive(path)
         return chunks
 
-    def put_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
-        """Write one file (uid/gid 1000) at an absolute container path under a volume."""
-        directory, name = os.path.split(path)
+    def put_file(self, root: str, rel: str, content: bytes, mode: int = 0o644) -> None:
+        """Write ``root/rel`` (root: a volume such as /workspace), creating parent folders;
+        everything is owned by the agent (uid/gid 1000)."""
         buf = io.BytesIO()
+        parts = rel.split("/")
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            info = tarfile.TarInfo(name)
+            for depth in range(1, len(parts)):
+                folder = tarfile.TarInfo("/".join(parts[:depth]))
+                folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+                folder.uid = folder.gid = 1000
+                tar.addfile(folder)
+            info = tarfile.TarInfo(rel)
             info.size, info.mode, info.mtime = len(content), mode, int(time.time())
             info.uid = info.gid = 1000
             info.uname = info.gname = "agent"
             tar.addfile(info, io.BytesIO(content))
-        self.put_archive(directory or "/", buf.getvalue())
+        self.put_archive(root, buf.getvalue())
 
     # --- commands ----------------------------------------------------------------------
 

@@ -36,8 +36,8 @@ def sandbox(client: docker.DockerClient, control_image: str) -> Iterator[Sandbox
 
 
 def write_study(tmp: Path, **overrides: object) -> Path:
-    """A copy of the demo study that writes its runs under ``tmp``."""
-    study = yaml.safe_load((REPO_ROOT / "studies" / "demo.yaml").read_text())
+    """A copy of the fixture study that writes its runs under ``tmp``."""
+    study = yaml.safe_load((REPO_ROOT / "tests/fixtures/studies/fixture.yaml").read_text())
     study["runs_dir"] = str(tmp / "runs")
     for task in study["tasks"]:
         task["packet"] = str(REPO_ROOT / task["packet"])

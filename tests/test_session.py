@@ -96,7 +96,7 @@ def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
     with pytest.raises(RuntimeError, match="injected failure"):
         run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                     log=lambda _m: None)
-    attempt = tmp_path / "runs" / "demo" / SESSION / "attempt-1"
+    attempt = tmp_path / "runs" / "fixture" / SESSION / "attempt-1"
     record = records.read_record(attempt)
     assert record.outcome == "harness_error" and "injected failure" in (record.error or "")
     assert verify(attempt / records.TRANSCRIPT_NAME).ok
@@ -112,7 +112,7 @@ def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.Dock
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "session", "--study",
                              str(study), "--pair", "1", "--arm", "control", "--no-grade"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    transcript = tmp_path / "runs" / "demo" / SESSION / "attempt-1" / records.TRANSCRIPT_NAME
+    transcript = tmp_path / "runs" / "fixture" / SESSION / "attempt-1" / records.TRANSCRIPT_NAME
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if transcript.exists() and b'"kind":"tool_call"' in transcript.read_bytes():
@@ -155,11 +155,11 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
     ])
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"},
                         budget={"wall_seconds": 6})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
     record = records.read_record(attempt)
     assert record.outcome == "budget_exhausted:wall_seconds"
     results = [e for e in read_events(attempt / records.TRANSCRIPT_NAME)
                if e.kind == "tool_result"]
     assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
-    assert record.diff is not None
+    assert record.diff is not None and record.grades  # graded all the same

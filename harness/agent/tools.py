@@ -7,9 +7,7 @@ writes through ``put_archive``. Nothing here touches the host's copy of the task
 
 from __future__ import annotations
 
-import io
 import posixpath
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -233,20 +231,8 @@ class ToolRunner:
             raise ToolError("path must name a file")
         started = time.monotonic()
         data = content.encode()
-        rel = posixpath.relpath(target, WORKSPACE)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            parts = rel.split("/")
-            for depth in range(1, len(parts)):  # parent folders, owned by the agent
-                info = tarfile.TarInfo("/".join(parts[:depth]))
-                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, 1000, 1000
-                tar.addfile(info)
-            info = tarfile.TarInfo(rel)
-            info.size, info.mode, info.uid, info.gid = len(data), 0o644, 1000, 1000
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
         try:
-            self.sandbox.put_archive(WORKSPACE, buf.getvalue())
+            self.sandbox.put_file(WORKSPACE, posixpath.relpath(target, WORKSPACE), data)
         except Exception as exc:  # docker refuses e.g. writing over a directory
             raise ToolError(f"cannot write {path}: {exc}") from exc
         duration = time.monotonic() - started
