@@ -42,12 +42,13 @@ def test_grading_suite_passes_inside_the_grader_image(
     with Sandbox(client, grader, labels={TEST_LABEL: "1"}, name_hint="grader-suite",
                  limits=SandboxLimits(pids=1024)) as box:
         box.put_archive("/workspace", _tree_tar([
-            "tests/test_grading.py", "tests/fixtures", "hidden/tiny-regression",
+            "tests/test_grading.py", "tests/test_launch.py", "tests/fixtures",
+            "hidden/tiny-regression",
         ]))
         result = box.exec(
             ["python", "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider",
              "-o", "addopts=", "-c", "/dev/null", "--rootdir", "/workspace/repo",
-             "/workspace/repo/tests/test_grading.py"],
+             "/workspace/repo/tests/test_grading.py", "/workspace/repo/tests/test_launch.py"],
             timeout_s=1200, workdir="/workspace/repo", artifact=tmp_path / "suite.log",
         )
     summary = result.output.strip().splitlines()[-1]
