@@ -139,6 +139,49 @@ def cleanup(
 
 @app.command()
 @clear_errors
+def validate(
+    task: Annotated[str, typer.Option(help="task id")],
+    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(help="where the summary goes")] =
+    REPO_ROOT / "reports" / "validation",
+) -> None:
+    """Gold validation: reference passes, baseline and every fault fail exactly as documented."""
+    from harness.validate import render_markdown, validate_task
+
+    packet_dir = packet or REPO_ROOT / "task_packets" / task
+    hidden_dir = hidden or REPO_ROOT / "hidden" / task
+    for needed in (packet_dir / "packet.yaml", hidden_dir / "validation.yaml"):
+        if not needed.is_file():
+            raise HarnessError(f"task {task!r}: {needed} is missing",
+                               "pass --packet/--hidden or add the task's files")
+    result = validate_task(task, packet_dir, hidden_dir, DEFAULT_RUNS / "validation", log=_log)
+    table = Table(title=f"gold validation: {task}")
+    table.add_column("contract")
+    for variant in result.variants:
+        table.add_column(variant.variant)
+    for contract in result.contracts:
+        cells = []
+        for variant in result.variants:
+            outcome = variant.outcomes.get(contract, "-")
+            bad = any(contract in m for m in variant.mismatches)
+            cells.append(f"[red]{outcome}![/red]" if bad else outcome)
+        table.add_row(contract, *cells)
+    console.print(table)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / f"{task}.md").write_text(render_markdown(result))
+    (report_dir / f"{task}.json").write_text(result.model_dump_json(indent=1))
+    for variant in result.variants:
+        for mismatch in variant.mismatches:
+            err_console.print(mismatch, markup=False, highlight=False)
+    console.print(f"validation {'passed' if result.ok else 'FAILED'}; summary in "
+                  f"{report_dir / (task + '.md')}")
+    if not result.ok:
+        sys.exit(1)
+
+
+@app.command()
+@clear_errors
 def demo(
     study: Annotated[Path, typer.Option(help="study file")] = Path("studies/demo.yaml"),
 ) -> None:

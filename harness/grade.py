@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import docker
+from pydantic import BaseModel
 
 from grading.models import GradeReport
 from harness import images, records
@@ -45,36 +46,36 @@ def _tar_inputs(entries: dict[str, Path]) -> bytes:
     return buf.getvalue()
 
 
-def grade_attempt(
-    attempt_dir: Path,
+class GraderInputs(BaseModel):
+    """Everything the grader container receives: nothing about arm, session or transcript."""
+
+    baseline: Path
+    packet_yaml: Path
+    hidden: Path
+    diff: Path
+
+
+def grade_diff(
+    inputs: GraderInputs,
+    out_dir: Path,
     *,
-    client: docker.DockerClient | None = None,
+    client: docker.DockerClient,
     timeout_s: float = GRADE_TIMEOUT_S,
-    log: Callable[[str], None] = print,
 ) -> GradeReport:
-    record = records.read_record(attempt_dir)
-    diff_path = attempt_dir / "submission.diff"
-    if not diff_path.is_file():
-        raise HarnessError(f"{attempt_dir} has no submission.diff",
-                           "the session did not produce a diff; see its transcript")
-    hidden = Path(record.hidden_dir)
-    packet_yaml = Path(record.packet_dir) / "packet.yaml"
-    for needed in (hidden, packet_yaml, attempt_dir / "baseline"):
+    """Grade one diff in a fresh grader container; ``out_dir`` (new, empty) gets the results."""
+    for needed in (inputs.hidden, inputs.packet_yaml, inputs.baseline, inputs.diff):
         if not needed.exists():
             raise HarnessError(f"grading input {needed} is missing", "restore it and re-grade")
-    client = client or images.docker_client()
     grader_id = images.image_id(client, "grader")
     submission_id = uuid.uuid4().hex  # opaque: says nothing about arm, pair or session
-    out_dir = records.new_numbered_dir(attempt_dir / "grades", "grade")
-    log(f"grading {record.session_id} as submission {submission_id[:12]}")
     sandbox = Sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
                       labels={"org.harness.role": "grader",
                               "org.harness.submission": submission_id})
     with sandbox:
         sandbox.exec(["mkdir", "-p", INPUT_DIR, OUTPUT_DIR, "/workspace/work"], timeout_s=30)
         sandbox.put_archive(INPUT_DIR, _tar_inputs({
-            "baseline": attempt_dir / "baseline", "packet.yaml": packet_yaml,
-            "submission.diff": diff_path, "hidden": hidden,
+            "baseline": inputs.baseline, "packet.yaml": inputs.packet_yaml,
+            "submission.diff": inputs.diff, "hidden": inputs.hidden,
         }))
         result = sandbox.exec(
             ["python", "-m", "grading", "--baseline", f"{INPUT_DIR}/baseline",
@@ -88,15 +89,37 @@ def grade_attempt(
     grade_json = out_dir / "out" / "grade.json"
     if result.timed_out or not grade_json.is_file():
         why = "timed out" if result.timed_out else f"exited {result.exit_code} without grade.json"
-        raise HarnessError(f"the grader {why} for {attempt_dir}",
+        raise HarnessError(f"the grader {why} (inputs: {inputs.diff})",
                            f"see {out_dir / 'grader-output.log'}")
-    report = GradeReport.model_validate_json(grade_json.read_text())
     (out_dir / "grader.json").write_text(json.dumps({
         "grader_image_id": grader_id, "submission_id": submission_id,
         "graded_at": utc_timestamp(), "exit_code": result.exit_code,
         "duration_s": result.duration_s,
     }, indent=1) + "\n")
     records.write_manifest(out_dir)
+    return GradeReport.model_validate_json(grade_json.read_text())
+
+
+def grade_attempt(
+    attempt_dir: Path,
+    *,
+    client: docker.DockerClient | None = None,
+    timeout_s: float = GRADE_TIMEOUT_S,
+    log: Callable[[str], None] = print,
+) -> GradeReport:
+    """Grade a session's diff; each grading gets a new ``grades/grade-N`` folder."""
+    record = records.read_record(attempt_dir)
+    diff_path = attempt_dir / "submission.diff"
+    if not diff_path.is_file():
+        raise HarnessError(f"{attempt_dir} has no submission.diff",
+                           "the session did not produce a diff; see its transcript")
+    inputs = GraderInputs(baseline=attempt_dir / "baseline",
+                          packet_yaml=Path(record.packet_dir) / "packet.yaml",
+                          hidden=Path(record.hidden_dir), diff=diff_path)
+    client = client or images.docker_client()
+    out_dir = records.new_numbered_dir(attempt_dir / "grades", "grade")
+    log(f"grading {record.session_id} in a fresh grader container")
+    report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
     record.grades.append(records.GradeSummary(
         verdict=report.verdict, folder=str(out_dir.relative_to(attempt_dir)),
         counts=report.counts,

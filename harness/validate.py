@@ -1,0 +1,181 @@
+"""Gold validation of a task's grading: the oracle must be right in both directions.
+
+The grading path runs, for real, in fresh grader containers on:
+- the hidden reference: every contract passes;
+- the untouched baseline: the feature contracts (``validation.yaml: baseline_fails``) fail and
+  every other contract passes;
+- each calibration fault (``faults/<id>/``: ``fault.patch`` on top of the reference and a
+  ``fault.yaml`` naming the contracts it ``breaks``): exactly those contracts fail.
+A mismatch in any direction fails validation. Contracts that could not run here (``not_run``,
+e.g. CUDA on a CPU machine) are listed, never counted as agreeing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness import images
+from harness.errors import HarnessError
+from harness.grade import GraderInputs, grade_diff
+from harness.records import new_numbered_dir
+from harness.workspace import apply_patch, compute_diff, snapshot_baseline
+
+FAILING = frozenset({"fail", "crash", "hang", "diff_rejected"})
+
+
+class FaultSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    description: str
+    how: str
+    in_practice: str
+    breaks: list[str] = Field(min_length=1)  # contract ids (fnmatch patterns)
+
+
+class ValidationSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    baseline_fails: list[str] = Field(min_length=1)
+
+
+class VariantResult(BaseModel):
+    variant: str
+    verdict: str
+    outcomes: dict[str, str]
+    expected_failing: list[str]
+    mismatches: list[str]
+    grade_folder: str
+
+
+class ValidationReport(BaseModel):
+    task: str
+    ok: bool
+    contracts: list[str]
+    variants: list[VariantResult]
+    not_run: list[str]
+
+
+def _load_yaml(path: Path, model: type[BaseModel]) -> BaseModel:
+    try:
+        return model.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise HarnessError(f"invalid {path}: {str(exc).splitlines()[0]}",
+                           "fix the hidden task's validation files") from exc
+
+
+def _matches(contract: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(contract, p) for p in patterns)
+
+
+def _fault_diff(baseline: Path, reference: bytes, fault: bytes, work: Path) -> bytes:
+    """The diff baseline -> reference + fault, as an agent's diff would look."""
+    with_reference = work / "reference"
+    apply_patch(baseline, reference, with_reference)
+    faulty = work / "faulty"
+    apply_patch(with_reference, fault, faulty)
+    patch, _ = compute_diff(baseline, faulty, max_diff_bytes=32 * 1024**2)
+    return patch
+
+
+def compare(variant: str, outcomes: dict[str, str], expected_failing: list[str]) -> list[str]:
+    """Every way the outcomes disagree with the expectation, one line each."""
+    problems = []
+    for contract, outcome in sorted(outcomes.items()):
+        if outcome == "not_run":
+            continue
+        should_fail = _matches(contract, expected_failing)
+        if should_fail and outcome not in FAILING:
+            problems.append(f"{variant}: {contract} should fail but was {outcome}")
+        if not should_fail and outcome != "pass":
+            problems.append(f"{variant}: {contract} should pass but was {outcome}")
+    for pattern in expected_failing:
+        if not any(fnmatch.fnmatchcase(c, pattern) for c in outcomes):
+            problems.append(f"{variant}: no contract matches {pattern!r}")
+    return problems
+
+
+def validate_task(
+    task: str,
+    packet_dir: Path,
+    hidden_dir: Path,
+    out_root: Path,
+    *,
+    client: docker.DockerClient | None = None,
+    log: Callable[[str], None] = print,
+) -> ValidationReport:
+    spec = _load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
+    assert isinstance(spec, ValidationSpec)
+    reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
+    faults = sorted(p.parent for p in hidden_dir.glob("faults/*/fault.yaml"))
+    client = client or images.docker_client()
+    out_dir = new_numbered_dir(out_root / task, "validation")
+    variants: list[VariantResult] = []
+    with tempfile.TemporaryDirectory(prefix="harness-validate-") as tmp:
+        work = Path(tmp)
+        baseline = work / "baseline"
+        snapshot_baseline(packet_dir / "repo", baseline)
+        plans: list[tuple[str, bytes, list[str]]] = [
+            ("reference", reference, []),
+            ("baseline", b"", spec.baseline_fails),
+        ]
+        for fault_dir in faults:
+            fault = _load_yaml(fault_dir / "fault.yaml", FaultSpec)
+            assert isinstance(fault, FaultSpec)
+            fault_work = work / f"fault-{fault.id}"
+            fault_work.mkdir()
+            patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
+                                fault_work)
+            plans.append((f"fault:{fault.id}", patch, fault.breaks))
+        for variant, patch, expected in plans:
+            diff_path = work / f"{variant.replace(':', '-')}.diff"
+            diff_path.write_bytes(patch)
+            grade_dir = out_dir / variant.replace(":", "-")
+            grade_dir.mkdir()
+            log(f"grading {variant}")
+            report = grade_diff(GraderInputs(baseline=baseline,
+                                             packet_yaml=packet_dir / "packet.yaml",
+                                             hidden=hidden_dir, diff=diff_path),
+                                grade_dir, client=client)
+            outcomes = {c.id: c.outcome for c in report.contracts}
+            variants.append(VariantResult(
+                variant=variant, verdict=report.verdict, outcomes=outcomes,
+                expected_failing=expected, mismatches=compare(variant, outcomes, expected),
+                grade_folder=str(grade_dir),
+            ))
+    contracts = sorted({c for v in variants for c in v.outcomes})
+    not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
+    result = ValidationReport(task=task, ok=not any(v.mismatches for v in variants),
+                              contracts=contracts, variants=variants, not_run=not_run)
+    (out_dir / "validation.json").write_text(result.model_dump_json(indent=1))
+    (out_dir / "validation.md").write_text(render_markdown(result))
+    return result
+
+
+def render_markdown(report: ValidationReport) -> str:
+    """Contract x variant table; a cell is the outcome, marked when it disagrees."""
+    names = [v.variant for v in report.variants]
+    lines = [f"# Gold validation: {report.task}", "",
+             f"Result: {'PASS' if report.ok else 'FAIL'}", "",
+             "| contract | " + " | ".join(names) + " |",
+             "| --- |" + " --- |" * len(names)]
+    for contract in report.contracts:
+        cells = []
+        for v in report.variants:
+            outcome = v.outcomes.get(contract, "-")
+            wrong = any(contract in m for m in v.mismatches)
+            cells.append(f"**{outcome} (unexpected)**" if wrong else outcome)
+        lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
+    mismatches = [m for v in report.variants for m in v.mismatches]
+    if mismatches:
+        lines += ["", "Mismatches:", *[f"- {m}" for m in mismatches]]
+    if report.not_run:
+        lines += ["", "Not run here: " + ", ".join(f"`{c}`" for c in report.not_run)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,35 @@
+"""Gold validation runs the real grading path on reference, baseline and every fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.images import REPO_ROOT
+from harness.validate import compare, render_markdown, validate_task
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
+HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
+
+
+def test_fixture_task_validates_in_both_directions(tmp_path: Path) -> None:
+    report = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=lambda _m: None)
+    variants = {v.variant: v for v in report.variants}
+    assert set(variants) == {"reference", "baseline", "fault:off-by-one-ramp",
+                             "fault:scheduler-not-resumed"}
+    assert report.ok, [m for v in report.variants for m in v.mismatches]
+    assert variants["reference"].verdict == "complete"
+    assert variants["baseline"].outcomes["public-tests"] == "pass"
+    resumed = "hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"
+    assert variants["fault:scheduler-not-resumed"].outcomes[resumed] == "fail"
+    assert "PASS" in render_markdown(report)
+
+
+def test_a_mismatch_in_either_direction_is_reported() -> None:
+    outcomes = {"public-tests": "pass", "hidden:a": "fail", "hidden:b": "pass",
+                "hidden:c": "not_run"}
+    assert compare("v", outcomes, ["hidden:a"]) == []
+    assert compare("v", outcomes, ["hidden:b"]) == [
+        "v: hidden:a should pass but was fail", "v: hidden:b should fail but was pass"]
+    assert compare("v", outcomes, ["hidden:zzz*"])[-1] == "v: no contract matches 'hidden:zzz*'"
+    # A contract that could not run is neither agreement nor disagreement.
+    assert compare("v", outcomes, ["hidden:a", "hidden:c"]) == []
