@@ -1,0 +1,59 @@
+"""Real task packets: valid, canary-free, and their public tests pass in the control image.
+
+Each packet's public suite runs where an agent runs it: inside a fresh control container,
+network none, as uid 1000, on the baseline and on the baseline plus the hidden reference
+patch (applied on the host; the patch itself never enters the container).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import docker
+import pytest
+
+from harness.images import REPO_ROOT
+from harness.packets import load_packet
+from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits
+from harness.workspace import apply_patch, snapshot_baseline, workspace_archive
+from tests.conftest import TEST_LABEL
+
+TASKS = sorted(p.parent.name for p in (REPO_ROOT / "task_packets").glob("*/packet.yaml"))
+
+
+def run_public_tests(client: docker.DockerClient, image: str, tree: Path, command: str,
+                     artifact: Path) -> tuple[int | None, str]:
+    with Sandbox(client, image, labels={TEST_LABEL: "1"}, name_hint="packet-tests",
+                 limits=SandboxLimits(pids=1024)) as box:
+        box.put_archive(WORKSPACE, workspace_archive(tree))
+        result = box.exec(command, timeout_s=600, artifact=artifact)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_packet_declares_what_the_harness_needs(task: str) -> None:
+    packet = load_packet(REPO_ROOT / "task_packets" / task)
+    assert packet.spec.id == task
+    assert {"cpu-1", "gloo-ddp-2", "gloo-fsdp-2"} <= set(packet.spec.configurations)
+    assert set(packet.spec.candidate_commands) == set(packet.spec.configurations)
+    text = packet.task_md.lower()
+    assert "reduced adaptation" in text and "not an official" in text
+    assert (REPO_ROOT / "hidden" / task / "CANARY").is_file()
+
+
+@pytest.mark.parametrize("variant", ["baseline", "reference"])
+@pytest.mark.parametrize("task", TASKS)
+def test_public_tests_pass_in_the_control_image(
+    task: str, variant: str, client: docker.DockerClient, control_image: str, tmp_path: Path
+) -> None:
+    packet = load_packet(REPO_ROOT / "task_packets" / task)
+    tree = tmp_path / "baseline"
+    snapshot_baseline(packet.repo, tree)
+    if variant == "reference":
+        patch = (REPO_ROOT / "hidden" / task / "reference" / "solution.patch").read_bytes()
+        apply_patch(tree, patch, tmp_path / "reference")
+        tree = tmp_path / "reference"
+    code, output = run_public_tests(client, control_image, tree,
+                                    packet.spec.public_test_command, tmp_path / "tests.log")
+    assert code == 0, output[-4000:]
+    assert " passed" in output and " failed" not in output
