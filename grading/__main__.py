@@ -65,8 +65,8 @@ def _check_inputs(args: argparse.Namespace) -> str | None:
         return f"--baseline {args.baseline} is not a directory"
     if not args.diff.is_file():
         return f"--diff {args.diff} is not a file"
-    if not (args.hidden / "checks").is_dir():
-        return f"--hidden {args.hidden} has no checks/ directory"
+    if not args.hidden.is_dir():
+        return f"--hidden {args.hidden} is not a directory"
     if args.hidden_timeout_s <= 0 or args.hidden_test_timeout_s <= 0:
         return "timeouts must be positive"
     if (args.out / "grade.json").exists():

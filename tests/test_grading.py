@@ -286,11 +286,11 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
         baseline=PACKET_DIR / "repo",
         packet=PACKET_DIR / "packet.yaml",
         diff=diff,
-        hidden=tmp_path,  # no checks/ in it
+        hidden=tmp_path / "missing",
         out=tmp_path / "out",
     )
     assert proc.returncode == 2 and report is None
-    assert proc.stderr.count("\n") == 1 and "checks/" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "not a directory" in proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,6 +364,20 @@ def calc_task(tmp_path: Path) -> dict[str, Path]:
     (hidden / "checks" / "test_calc_hidden.py").write_text(CALC_HIDDEN)
     (hidden / "CANARY").write_text("HARNESS-CANARY-00000000-0000-4000-8000-000000000000\n")
     return {"root": root, "repo": repo, "packet": root / "packet.yaml", "hidden": hidden}
+
+
+def test_a_task_without_hidden_checks_is_never_complete(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    bare_hidden = tmp_path / "bare-hidden"
+    bare_hidden.mkdir()
+    diff = tmp_path / "empty.patch"
+    diff.write_text("")
+    proc, report, _ = run_grader(baseline=calc_task["repo"], packet=calc_task["packet"],
+                                 diff=diff, hidden=bare_hidden, out=tmp_path / "out")
+    assert proc.returncode == 0 and report is not None
+    assert outcomes(report) == {"public-tests": "pass", "hidden-checks": "not_run"}
+    assert report["verdict"] == "incomplete"
 
 
 def grade_calc(
