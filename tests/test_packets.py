@@ -36,7 +36,7 @@ def test_packet_declares_what_the_harness_needs(task: str) -> None:
     assert packet.spec.id == task
     assert {"cpu-1", "gloo-ddp-2", "gloo-fsdp-2"} <= set(packet.spec.configurations)
     assert set(packet.spec.candidate_commands) == set(packet.spec.configurations)
-    text = packet.task_md.lower()
+    text = packet.task_md.lower().replace("*", "")
     assert "reduced adaptation" in text and "not an official" in text
     assert (REPO_ROOT / "hidden" / task / "CANARY").is_file()
 
