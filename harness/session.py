@@ -16,16 +16,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+import docker
+from pydantic import BaseModel, ValidationError
 
 from harness import images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
-from harness.agent.tools import ToolRunner, tools_for_arm
+from harness.agent.providers.base import Provider
+from harness.agent.tools import ToolRunner, ToolSpec, tools_for_arm
 from harness.budget import Budget, Ledger
 from harness.errors import HarnessError
 from harness.gpu_slots import GpuSlots
-from harness.packets import load_packet
+from harness.packets import TaskPacket, load_packet
 from harness.records import SessionRecord
 from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, host_id, owner_alive
 from harness.study import AgentSettings, Study, assignment, load_study, task_ref
@@ -80,8 +82,12 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
         raise HarnessError(f"hidden folder {task.hidden_dir()} is missing", "restore hidden/")
     agent_settings = study.agent
     if options.model:
-        agent_settings = agent_settings.model_copy(update={"model": options.model})
-        AgentSettings.model_validate(agent_settings.model_dump())
+        try:
+            agent_settings = AgentSettings.model_validate(
+                {**study.agent.model_dump(), "model": options.model})
+        except ValidationError as exc:
+            raise HarnessError(f"--model {options.model!r} is not PROVIDER:NAME",
+                               "use scripted:<file>, openai:<model> or anthropic:<model>") from exc
     provider = make_provider(agent_settings)  # a missing API key fails here, before Docker
     arm = study.arms[spec.arm]
     tools = tools_for_arm(arm.extra_tools)
@@ -120,12 +126,12 @@ def _run_attempt(
     options: SessionOptions,
     record: SessionRecord,
     attempt_dir: Path,
-    packet: Any,
-    provider: Any,
-    tools: list[Any],
+    packet: TaskPacket,
+    provider: Provider,
+    tools: list[ToolSpec],
     budget: Budget,
     agent_settings: AgentSettings,
-    client: Any,
+    client: docker.DockerClient,
     transcript: TranscriptWriter,
     log: Callable[[str], None],
 ) -> None:

@@ -85,3 +85,11 @@ def test_existing_attempts_are_never_overwritten(tmp_path: Path) -> None:
     second, n2 = new_attempt_dir(tmp_path / "s")
     assert second.name == "attempt-2" and not (second / "session.json").exists()
     assert (n1, n2) == (1, 2) and (first / "session.json").read_text() == "{}"
+
+
+def test_malformed_model_override(tmp_path: Path) -> None:
+    study = write_study(tmp_path)
+    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
+                     "--model", "gpt-without-provider")
+    assert_one_error_line(result, "PROVIDER:NAME")
+    assert not (tmp_path / "runs").exists()
