@@ -210,8 +210,14 @@ class Sandbox:
     def close(self) -> None:
         """Remove the container and its volume; safe to call twice and on half-started ones."""
         if self.container is not None:
-            with contextlib.suppress(docker.errors.NotFound):
+            try:
                 self.container.remove(force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                # Someone else (e.g. `harness cleanup`) is removing it already: that is fine.
+                if exc.status_code != 409:
+                    raise
             self.container = None
         if self.volume is not None:
             with contextlib.suppress(docker.errors.NotFound):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import yaml
 
 from harness import images
 from harness.images import REPO_ROOT
-from harness.sandbox import MANAGED_LABEL, Sandbox, SandboxLimits
+from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, Sandbox, SandboxLimits
 
 TEST_LABEL = "org.harness.test"
 
@@ -78,5 +79,7 @@ def session_containers(client: docker.DockerClient, session_id: str) -> list[obj
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftover_test_containers(client: docker.DockerClient) -> Iterator[None]:
     yield
-    for container in client.containers.list(all=True, filters={"label": TEST_LABEL}):
+    # Only this test process's containers: another pytest run may be using its own right now.
+    mine = [TEST_LABEL, f"{OWNER_PID_LABEL}={os.getpid()}"]
+    for container in client.containers.list(all=True, filters={"label": mine}):
         container.remove(force=True, v=True)
