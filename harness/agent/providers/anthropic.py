@@ -7,7 +7,6 @@ verbatim, as the API requires when extended thinking is on.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anthropic
@@ -20,7 +19,6 @@ from harness.agent.providers.base import (
     ToolCall,
 )
 from harness.agent.providers.sdk_errors import map_sdk_error
-from harness.errors import HarnessError
 from harness.study import AgentSettings
 
 
@@ -52,15 +50,7 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str, list[dic
 
 class AnthropicProvider(Provider):
     def __init__(self, model: str, settings: AgentSettings) -> None:
-        if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise HarnessError(
-                f"ANTHROPIC_API_KEY is not set (the session uses anthropic:{model})",
-                "export ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for another endpoint)",
-            )
-        self.model = model
-        self.name = f"anthropic:{model}"
-        self.settings = settings
-        self.retry_policy = settings.retry
+        self._init_api("anthropic", model, settings)
         # Reads ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL from the environment, as the SDK does.
         self.client = anthropic.Anthropic(max_retries=0)
 

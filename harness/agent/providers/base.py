@@ -11,6 +11,7 @@ deadline: each attempt's timeout is the time left.
 from __future__ import annotations
 
 import email.utils
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -20,7 +21,8 @@ from pydantic import BaseModel, Field
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from harness.study import RetryPolicy
+from harness.errors import HarnessError
+from harness.study import AgentSettings, RetryPolicy
 
 
 class ToolCall(BaseModel):
@@ -99,6 +101,19 @@ OnEvent = Callable[[str, dict[str, Any]], None]
 class Provider(ABC):
     name: str
     retry_policy: RetryPolicy = RetryPolicy()
+
+    def _init_api(self, kind: str, model: str, settings: AgentSettings) -> None:
+        """Common set-up of an API provider; a missing key fails before any container."""
+        prefix = kind.upper()
+        if not os.environ.get(f"{prefix}_API_KEY"):
+            raise HarnessError(
+                f"{prefix}_API_KEY is not set (the session uses {kind}:{model})",
+                f"export {prefix}_API_KEY (and {prefix}_BASE_URL for another endpoint)",
+            )
+        self.model = model
+        self.name = f"{kind}:{model}"
+        self.settings = settings
+        self.retry_policy = settings.retry
 
     @abstractmethod
     def _call(

@@ -8,7 +8,6 @@ retries, so every attempt is logged and bounded by the session's deadline.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import openai
@@ -21,7 +20,6 @@ from harness.agent.providers.base import (
     ToolCall,
 )
 from harness.agent.providers.sdk_errors import map_sdk_error
-from harness.errors import HarnessError
 from harness.study import AgentSettings
 
 
@@ -56,15 +54,7 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
 
 class OpenAIProvider(Provider):
     def __init__(self, model: str, settings: AgentSettings) -> None:
-        if not os.environ.get("OPENAI_API_KEY"):
-            raise HarnessError(
-                f"OPENAI_API_KEY is not set (the session uses openai:{model})",
-                "export OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible endpoint)",
-            )
-        self.model = model
-        self.name = f"openai:{model}"
-        self.settings = settings
-        self.retry_policy = settings.retry
+        self._init_api("openai", model, settings)
         # Reads OPENAI_API_KEY and OPENAI_BASE_URL from the environment, as the SDK does.
         self.client = openai.OpenAI(max_retries=0)
 
