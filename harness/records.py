@@ -89,20 +89,8 @@ def read_record(attempt_dir: Path) -> SessionRecord:
     return SessionRecord.model_validate_json(path.read_text())
 
 
-def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
-    """Create the next ``attempt-N`` folder exclusively."""
-    session_root.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while True:
-        candidate = session_root / f"attempt-{n}"
-        try:
-            candidate.mkdir()
-            return candidate, n
-        except FileExistsError:
-            n += 1
-
-
 def new_numbered_dir(parent: Path, prefix: str) -> Path:
+    """Create the next ``<prefix>-N`` folder exclusively (mkdir fails if it exists)."""
     parent.mkdir(parents=True, exist_ok=True)
     n = 1
     while True:
@@ -111,6 +99,11 @@ def new_numbered_dir(parent: Path, prefix: str) -> Path:
             return parent / f"{prefix}-{n}"
         except FileExistsError:
             n += 1
+
+
+def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
+    folder = new_numbered_dir(session_root, "attempt")
+    return folder, int(folder.name.rsplit("-", 1)[1])
 
 
 def resolve_attempt(ref: str, runs_root: Path) -> Path:
