@@ -31,7 +31,7 @@ INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
 
 
-def _tar_inputs(entries: dict[str, Path]) -> bytes:
+def tar_inputs(entries: dict[str, Path]) -> bytes:
     """One tar of the grader's inputs, owned by uid 1000 (symlinks stay links)."""
     buf = io.BytesIO()
 
@@ -73,7 +73,7 @@ def grade_diff(
                               "org.harness.submission": submission_id})
     with sandbox:
         sandbox.exec(["mkdir", "-p", INPUT_DIR, OUTPUT_DIR, "/workspace/work"], timeout_s=30)
-        sandbox.put_archive(INPUT_DIR, _tar_inputs({
+        sandbox.put_archive(INPUT_DIR, tar_inputs({
             "baseline": inputs.baseline, "packet.yaml": inputs.packet_yaml,
             "submission.diff": inputs.diff, "hidden": inputs.hidden,
         }))
