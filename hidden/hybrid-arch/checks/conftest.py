@@ -1,0 +1,230 @@
+# HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
+"""Shared, session-scoped training runs for the hybrid-arch hidden checks.
+
+HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
+Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+Every expensive run (a `train.py` process, or two ranks of one) happens at most once per
+pytest process and is shared by the checks that need it. A run that crashes or hangs is
+recorded, not raised: the checks that need it fail with the launcher's detail (which rank,
+exit code or signal, the tail of its log), and no later check launches it again.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grading.launch import LaunchResult, launch
+from oracle_lib import EQ_STEPS, PATTERN, RESUME_AT, baseline_dir, run_env, workdir
+
+CHECKS = Path(__file__).resolve().parent
+# Wall limits per run. Measured on a loaded 2-core host (QUALIFICATION.md): 20-step runs
+# take 5-15 s with start-up, the 200-step quality run 21 s. Kept below the grader's 300 s
+# per-test watchdog so a hang is reported by the launcher (naming the rank), not by pytest's
+# killer.
+SHORT_RUN_TIMEOUT_S = 150.0
+QUALITY_RUN_TIMEOUT_S = 240.0
+
+
+@dataclass
+class Run:
+    """One finished (or failed) launch of train.py or a probe."""
+
+    name: str
+    out: Path
+    result: LaunchResult | None = None
+    skipped: str | None = None  # why it was never launched (a run it depends on failed)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.skipped is None and self.result is not None and self.result.outcome == "ok"
+
+    def detail(self) -> str:
+        if self.skipped is not None:
+            return f"{self.name}: not launched ({self.skipped})"
+        assert self.result is not None
+        res = self.result
+        lines = [f"{self.name}: {res.outcome}: {res.detail} after {res.duration_s:.1f} s"]
+        for rank in res.ranks:
+            if res.culprit_ranks and rank.rank not in res.culprit_ranks:
+                continue
+            tail = _tail(Path(rank.log))
+            lines.append(f"--- rank {rank.rank} (exit {rank.exit_code}, signal {rank.signal}, "
+                         f"killed: {rank.killed_by_launcher}) log tail:\n{tail}")
+        return "\n".join(lines)
+
+    def require(self, record_property: Any) -> None:
+        """Fail the calling check (with the launcher's detail) unless this run succeeded."""
+        record_property(f"run:{self.name}", "ok" if self.ok else self.detail()[:2000])
+        if self.result is not None:
+            record_property(f"run:{self.name}:wall_s", self.result.duration_s)
+        if not self.ok:
+            pytest.fail(self.detail(), pytrace=False)
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.out / "run" / "summary.json").read_text())
+
+    def final(self) -> dict[str, Any]:
+        return torch.load(self.out / "run" / "final_state.pt", weights_only=True)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        text = (self.out / "run" / "metrics.jsonl").read_text()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _tail(path: Path, chars: int = 2500) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return text[-chars:]
+
+
+def launch_train(
+    name: str,
+    base: Path,
+    args: list[str],
+    *,
+    nproc: int,
+    root: Path | None = None,
+    timeout_s: float = SHORT_RUN_TIMEOUT_S,
+) -> Run:
+    """Run ``train.py`` of ``root`` (default: the graded tree) with ``nproc`` ranks."""
+    root = root or workdir()
+    out = base / name
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "train.py", *args, "--out", str(out / "run")]
+    expected = [out / "run" / "summary.json", out / "run" / "final_state.pt"]
+    result = launch(argv, nproc=nproc, cwd=root, env=run_env(root), timeout_s=timeout_s,
+                    log_dir=out / "logs", grace_s=10.0,
+                    expected_outputs=lambda rank: expected if rank == 0 else [])
+    return Run(name=name, out=out, result=result)
+
+
+def launch_script(name: str, base: Path, script: Path, args: list[str], *, nproc: int,
+                  timeout_s: float = SHORT_RUN_TIMEOUT_S) -> Run:
+    """Run one of the checks' own probe scripts against the graded tree's package."""
+    root = workdir()
+    out = base / name
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(script), str(out), *args]
+    result = launch(argv, nproc=nproc, cwd=root, env=run_env(root), timeout_s=timeout_s,
+                    log_dir=out / "logs", grace_s=10.0,
+                    expected_outputs=lambda rank: [out / f"probe-rank{rank}.json"])
+    return Run(name=name, out=out, result=result)
+
+
+# ---------------------------------------------------------------------------------------------
+# The runs (each at most once per pytest process)
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hybrid-runs")
+
+
+def _eq_args(config: str, dtype: str, *extra: str) -> list[str]:
+    return ["--config", config, "--layer-pattern", PATTERN, "--steps", str(EQ_STEPS),
+            "--dtype", dtype, *extra]
+
+
+@pytest.fixture(scope="session")
+def cpu1_fp64(runs_dir: Path) -> Run:
+    return launch_train("cpu1-fp64", runs_dir, _eq_args("cpu-1", "fp64"), nproc=1)
+
+
+@pytest.fixture(scope="session")
+def ddp_fp64(runs_dir: Path) -> Run:
+    return launch_train("ddp-fp64", runs_dir, _eq_args("gloo-ddp-2", "fp64"), nproc=2)
+
+
+@pytest.fixture(scope="session")
+def fsdp_fp64(runs_dir: Path) -> Run:
+    return launch_train("fsdp-fp64", runs_dir, _eq_args("gloo-fsdp-2", "fp64"), nproc=2)
+
+
+@pytest.fixture(scope="session")
+def ddp_fp32_ckpt(runs_dir: Path) -> Run:
+    """Uninterrupted gloo-ddp-2 fp32 run that also checkpoints at step 10."""
+    ckpt = runs_dir / "ddp-fp32-ckpt" / "ckpt"
+    return launch_train("ddp-fp32-ckpt", runs_dir, _eq_args(
+        "gloo-ddp-2", "fp32", "--save-every", str(RESUME_AT), "--ckpt", str(ckpt)), nproc=2)
+
+
+@pytest.fixture(scope="session")
+def fsdp_fp32(runs_dir: Path) -> Run:
+    return launch_train("fsdp-fp32", runs_dir, _eq_args("gloo-fsdp-2", "fp32"), nproc=2)
+
+
+@pytest.fixture(scope="session")
+def ddp_fp32_resumed(runs_dir: Path, ddp_fp32_ckpt: Run) -> Run:
+    """A fresh gloo-ddp-2 launch continuing from the step-10 checkpoint to step 20."""
+    name = "ddp-fp32-resumed"
+    ckpt = ddp_fp32_ckpt.out / "ckpt" / f"step-{RESUME_AT}"
+    if not ddp_fp32_ckpt.ok:
+        return Run(name=name, out=runs_dir / name, skipped="the uninterrupted run failed")
+    if not ckpt.is_dir():
+        return Run(name=name, out=runs_dir / name, skipped=f"no checkpoint at {ckpt}")
+    return launch_train(name, runs_dir, _eq_args("gloo-ddp-2", "fp32", "--resume", str(ckpt)),
+                        nproc=2)
+
+
+@pytest.fixture(scope="session")
+def fsdp_probe(runs_dir: Path) -> Run:
+    return launch_script("fsdp-probe", runs_dir, CHECKS / "fsdp_probe.py", [PATTERN], nproc=2)
+
+
+@pytest.fixture(scope="session")
+def quality_run(runs_dir: Path) -> Run:
+    """The quality objective's run: the default 200 steps, seed 0, cpu-1, AMAM."""
+    return launch_train("quality-cpu1-s0", runs_dir,
+                        ["--config", "cpu-1", "--layer-pattern", PATTERN, "--seed", "0"],
+                        nproc=1, timeout_s=QUALITY_RUN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def cli_run(runs_dir: Path) -> Run:
+    """A short CLI run with a 3-character pattern and no --n-layers, exported."""
+    run = launch_train("cli-amm", runs_dir,
+                       ["--config", "cpu-1", "--layer-pattern", "AMM", "--steps", "2",
+                        "--export", str(runs_dir / "cli-amm" / "model.pt2")], nproc=1)
+    return run
+
+
+@pytest.fixture(scope="session")
+def baseline_cpu1(runs_dir: Path) -> Run:
+    """The pristine baseline: cpu-1 fp32, 20 steps, checkpoint at step 10."""
+    root = baseline_dir()
+    if root is None:
+        return Run(name="baseline-cpu1", out=runs_dir / "baseline-cpu1",
+                   skipped="GRADING_BASELINE is not set")
+    ckpt = runs_dir / "baseline-cpu1" / "ckpt"
+    return launch_train("baseline-cpu1", runs_dir,
+                        ["--config", "cpu-1", "--steps", str(EQ_STEPS), "--save-every",
+                         str(RESUME_AT), "--ckpt", str(ckpt)], nproc=1, root=root)
+
+
+@pytest.fixture(scope="session")
+def candidate_default_cpu1(runs_dir: Path) -> Run:
+    """The graded tree with no pattern: must be the baseline run, bit for bit."""
+    return launch_train("candidate-default-cpu1", runs_dir,
+                        ["--config", "cpu-1", "--steps", str(EQ_STEPS)], nproc=1)
+
+
+@pytest.fixture(scope="session")
+def candidate_resumes_baseline(runs_dir: Path, baseline_cpu1: Run) -> Run:
+    name = "candidate-resumes-baseline-ckpt"
+    ckpt = baseline_cpu1.out / "ckpt" / f"step-{RESUME_AT}"
+    if not baseline_cpu1.ok or not ckpt.is_dir():
+        return Run(name=name, out=runs_dir / name,
+                   skipped="the baseline run (which writes the checkpoint) failed")
+    return launch_train(name, runs_dir, ["--config", "cpu-1", "--steps", str(EQ_STEPS),
+                                         "--resume", str(ckpt)], nproc=1)

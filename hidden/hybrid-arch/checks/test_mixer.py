@@ -1,0 +1,226 @@
+# HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
+"""Hidden checks of the mixer feature itself, in one process (no training runs).
+
+HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
+Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+The mixer's design is the candidate's choice (a recurrence or a causal convolution), so the
+references here do not re-implement one particular mixer. They are independent of it:
+- causality: a brute-force re-computation of every position from its own prefix (the
+  definition of a causal model: logits at t depend on tokens 0..t only);
+- mixing: a metamorphic perturbation (change one earlier token in an all-mixer model);
+- incremental decoding: the full forward (differential, chunked vs whole);
+- export: TASK.md's operator allow-list, copied into these checks.
+Candidate code is imported inside test bodies, so a broken candidate fails each check
+instead of breaking collection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from oracle_lib import (
+    ALLOWED_EXPORT_OPS,
+    candidate,
+    check_key_schema,
+    graph_ops,
+    scaled_model,
+    tokens,
+)
+
+# Measured (QUALIFICATION.md, reference AMAM): cached vs full <= 2.9e-6 (fp32), <= 4.9e-15
+# (fp64) on O(1) logits; the packet declares 1e-4 and 1e-10.
+DECODE_TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
+# Recomputing a position from its prefix runs other matmul shapes: fp64 reassociation only
+# (~1e-15); a position that sees a later token moves by O(0.1-1).
+PREFIX_TOL_FP64 = 1e-10
+# The packet's export-vs-eager tolerance (measured 0 for the reference).
+EXPORT_TOL = 1e-5
+# A mixer that carries information across positions moves later logits by O(0.1-1) when an
+# earlier token changes (measured for the reference: see record); a per-token MLP by exactly 0.
+MIXING_MIN_EFFECT = 1e-3
+
+
+def test_layer_pattern_parsing(record_property: Any) -> None:
+    """ModelArgs.layer_pattern: None and "A"*n are today's model bit for bit, "M" layers are mixer blocks with attention keys gone, bad patterns raise ValueError."""
+    record_property("oracle", "reference")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", "0 (bitwise) for None vs 'AAAA'; exact key sets")
+    record_property("why", "TASK.md: None means all A, the all-A model has exactly today's "
+                    "parameters, keys and initial values; key schema from the baseline")
+    m = candidate()
+    for pattern in ("AMAM", "MMMM", "MAAM", "AAAA"):
+        args = m.ModelArgs(n_layers=4, layer_pattern=pattern)
+        assert args.n_layers == 4
+    assert m.ModelArgs(n_layers=2, layer_pattern="MA").n_layers == 2
+    default = m.ModelArgs()
+    assert default.layer_pattern in (None, "AAAA"), default.layer_pattern
+    for bad in ("AMA", "AMAMA", "AXAM", "amam", "A M ", ""):
+        with pytest.raises(ValueError):
+            m.ModelArgs(n_layers=4, layer_pattern=bad)
+
+    # None and "AAAA": the same model, bit for bit (keys, order, initial values).
+    torch.manual_seed(0)
+    none_sd = m.Transformer(m.ModelArgs()).state_dict()
+    torch.manual_seed(0)
+    all_a_sd = m.Transformer(m.ModelArgs(layer_pattern="AAAA")).state_dict()
+    assert list(none_sd) == list(all_a_sd)
+    for key in none_sd:
+        assert torch.equal(none_sd[key], all_a_sd[key]), key
+    assert check_key_schema(none_sd, "AAAA") == []
+
+    # The pattern decides each block: keys follow the schema, mixer layers are not attention.
+    for pattern in ("AMAM", "MMMM", "MAAM"):
+        torch.manual_seed(0)
+        model = m.Transformer(m.ModelArgs(n_layers=4, layer_pattern=pattern))
+        problems = check_key_schema(model.state_dict(), pattern)
+        assert problems == [], (pattern, problems)
+        cache = model.init_cache(2)
+        assert len(cache) == 4
+        for kind, entry in zip(pattern, cache, strict=True):
+            if kind == "A":
+                assert isinstance(entry, m.KVCache), type(entry)
+    record_property("patterns_checked", "AMAM,MMMM,MAAM,AAAA")
+
+
+@pytest.mark.parametrize("pattern", ["MMMM", "AMAM"])
+def test_mixer_is_causal(pattern: str, record_property: Any) -> None:
+    """Every position's logits equal a brute-force recomputation from that position's prefix alone (fp64, 1e-10), for all-mixer and hybrid stacks."""
+    record_property("oracle", "reference")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", PREFIX_TOL_FP64)
+    record_property("why", "causal means logits at t depend on tokens 0..t only; recomputing "
+                    "from the prefix differs by fp64 reassociation (~1e-15, like the measured "
+                    "cached-decoding 4.9e-15); a peek at t+1 moves logits by O(0.1)")
+    model = scaled_model(pattern, torch.float64)
+    x = tokens(batch=3, seqlen=32)
+    with torch.no_grad():
+        full = model(x)
+        worst, where = 0.0, -1
+        for t in range(x.shape[1]):
+            prefix = model(x[:, :t + 1])[:, t]
+            diff = (prefix - full[:, t]).abs().max().item()
+            if diff > worst:
+                worst, where = diff, t
+    record_property("max_abs_prefix_vs_full", worst)
+    record_property("worst_position", where)
+    record_property("logit_scale", full.abs().max().item())
+    assert full.abs().max() > 1.0
+    assert worst <= PREFIX_TOL_FP64, (
+        f"position {where} differs from its recomputation from the prefix by {worst}")
+
+
+def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
+    """An all-mixer model carries an earlier token to later positions (not a per-token MLP), and every mixer-layer parameter gets a non-zero gradient."""
+    record_property("oracle", "metamorphic")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", f"effect > {MIXING_MIN_EFFECT}; grad norm > 0")
+    record_property("why", "changing token s in a model with no attention changes logits at "
+                    "positions > s by O(0.1-1) when the mixer mixes and by exactly 0 when it "
+                    "does not (per-token MLP); 1e-3 separates the two by orders")
+    m = candidate()
+    model = scaled_model("MM", torch.float64)
+    x = tokens(batch=2, seqlen=32)
+    s = 10
+    y = x.clone()
+    y[:, s] = (y[:, s] + 17) % 64
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    before = (a[:, :s] - b[:, :s]).abs().max().item()
+    after = (a[:, s + 1:] - b[:, s + 1:]).abs().max().item()
+    next_pos = (a[:, s + 1] - b[:, s + 1]).abs().max().item()
+    record_property("effect_before_s", before)
+    record_property("effect_after_s", after)
+    record_property("effect_at_s_plus_1", next_pos)
+    # (Causality is its own contract, test_mixer_is_causal; here only the mixing is judged.)
+    assert after > MIXING_MIN_EFFECT, f"later positions changed by only {after}: no mixing"
+
+    # Trainable: every parameter of a mixer layer gets a gradient from the LM loss.
+    torch.manual_seed(0)
+    model = m.Transformer(m.ModelArgs(n_layers=4, layer_pattern="AMAM")).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.3)
+    batch = tokens(batch=4, seqlen=32, seed=5)
+    logits = model(batch[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
+    mixer_params = {n: p for n, p in model.named_parameters()
+                    if n.startswith(("layers.1.", "layers.3."))}
+    assert mixer_params, "mixer layers have no parameters"
+    dead = [n for n, p in mixer_params.items()
+            if not p.requires_grad or p.grad is None or p.grad.abs().max().item() == 0.0]
+    record_property("mixer_params", len(mixer_params))
+    assert not dead, f"mixer parameters without a gradient: {dead}"
+
+
+def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
+    """Chunked decoding with init_cache (chunks 1, 3, 5, 32 and an irregular schedule) equals the full forward for hybrid patterns: 1e-4 in fp32, 1e-10 in fp64."""
+    record_property("oracle", "differential")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", "fp32 1e-4, fp64 1e-10 (max abs logit difference)")
+    record_property("why", "measured for the reference <= 2.9e-6 (fp32) and <= 4.9e-15 (fp64) "
+                    "on O(1) logits; a stale or missing cache is off by O(0.1)")
+    m = candidate()
+    worst: dict[str, float] = {}
+    for pattern in ("AMAM", "MMMM", "MAAM"):
+        for dtype, tol in DECODE_TOL.items():
+            model = scaled_model(pattern, dtype)
+            x = tokens()
+            with torch.no_grad():
+                full = model(x)
+                assert full.abs().max() > 1.0, "logits too small for a meaningful comparison"
+                results = {f"chunk{c}": m.decode_logits(model, x, chunk=c) for c in (1, 3, 5, 32)}
+                cache = model.init_cache(x.shape[0])
+                outs, start = [], 0
+                for size in (7, 1, 13, 11):
+                    outs.append(model(x[:, start:start + size], cache=cache, start_pos=start))
+                    start += size
+                results["irregular"] = torch.cat(outs, dim=1)
+            for name, got in results.items():
+                assert got.shape == full.shape, (pattern, name, got.shape)
+                diff = (got - full).abs().max().item()
+                label = f"{pattern}-{str(dtype).removeprefix('torch.')}-{name}"
+                worst[label] = diff
+                assert diff <= tol, f"{label}: cached vs full differ by {diff} (tol {tol})"
+    for label, diff in worst.items():
+        record_property(f"max_abs_{label}", diff)
+
+
+def test_export_allowlisted_ops(cli_run: Any, record_property: Any) -> None:
+    """torch.export of hybrid models succeeds, uses only TASK.md's allow-listed operators, matches eager within 1e-5, and train.py --export writes a program whose keys follow the schema."""
+    record_property("oracle", "reference")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", f"ops subset of the allow-list; exported vs eager {EXPORT_TOL}")
+    record_property("why", "allow-list from TASK.md; export runs the same ATen kernels (measured "
+                    "0 difference for the reference), 1e-5 allows an equivalent lowering")
+    ex = candidate("hybridlm.export")
+    for pattern in ("AMAM", "MMMM"):
+        model = scaled_model(pattern, torch.float32)
+        program = ex.export_model(model)
+        ops = set(ex.exported_ops(program))
+        extra = sorted(ops - ALLOWED_EXPORT_OPS)
+        record_property(f"ops_{pattern}", ",".join(sorted(ops)))
+        assert not extra, f"{pattern}: operators outside the allow-list: {extra}"
+        # Our own walk of the graph, in case exported_ops was changed to hide something.
+        own = graph_ops(program)
+        assert own <= ALLOWED_EXPORT_OPS, sorted(own - ALLOWED_EXPORT_OPS)
+        x = tokens(batch=1)
+        with torch.no_grad():
+            diff = (program.module()(x) - model(x)).abs().max().item()
+        record_property(f"export_vs_eager_{pattern}", diff)
+        assert diff <= EXPORT_TOL, f"{pattern}: exported vs eager differ by {diff}"
+        assert set(program.state_dict) == set(model.state_dict())
+
+    # The CLI path: train.py --layer-pattern AMM --export PATH.
+    cli_run.require(record_property)
+    program = torch.export.load(str(cli_run.out / "model.pt2"))
+    final = cli_run.final()
+    assert set(program.state_dict) == set(final["model"])
+    assert check_key_schema(program.state_dict, "AMM") == []
+    own = graph_ops(program)
+    record_property("ops_cli_AMM", ",".join(sorted(own)))
+    assert own <= ALLOWED_EXPORT_OPS, sorted(own - ALLOWED_EXPORT_OPS)
