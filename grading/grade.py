@@ -51,6 +51,9 @@ from grading.packet import PacketSpec
 from grading.run import RunResult, Watchdog, run_command, signal_name
 
 PUBLIC_CONTRACT_ID = "public-tests"
+# Hidden checks set this junit property ("crash" or "hang") when the run they judge did not
+# finish, so the contract reads crash/hang (with the rank named in the message), not fail.
+GRADING_OUTCOME_PROPERTY = "grading_outcome"
 HIDDEN_PREFIX = "hidden:"
 LOG_DIR = "logs"
 EXCERPT_CHARS = 3000
@@ -626,6 +629,12 @@ class _HiddenRunner:
                     evidence["details"] = _excerpt(child.text)
                 if child.tag == "failure":
                     outcome = "fail"
+                    # A check whose training run crashed or hung says so through a property
+                    # (GRADING_OUTCOME_PROPERTY): that is an outcome of its own, never "fail".
+                    run_outcome = props.get(GRADING_OUTCOME_PROPERTY)
+                    if run_outcome in ("crash", "hang"):
+                        outcome = run_outcome
+                        reason = f"the check's training run ended in {run_outcome}"
                 elif child.tag == "error":
                     outcome = "crash"
                     reason = (

@@ -380,6 +380,38 @@ def test_a_task_without_hidden_checks_is_never_complete(
     assert report["verdict"] == "incomplete"
 
 
+def test_a_check_whose_run_crashed_or_hung_is_crash_or_hang_not_fail(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    hidden = tmp_path / "run-hidden"
+    (hidden / "checks").mkdir(parents=True)
+    (hidden / "checks" / "test_runs.py").write_text(
+        "import pytest\n\n\n"
+        "def test_crashed_run(record_property):\n"
+        '    """A check whose 2-rank run crashed on rank 1."""\n'
+        '    record_property("grading_outcome", "crash")\n'
+        '    pytest.fail("run: crash: rank 1 failed first (exit code 1)")\n\n\n'
+        "def test_hung_run(record_property):\n"
+        '    """A check whose run hung."""\n'
+        '    record_property("grading_outcome", "hang")\n'
+        '    pytest.fail("run: hang: rank(s) [0, 1] still running at the wall limit")\n\n\n'
+        "def test_wrong_number():\n"
+        '    """A check that ran and measured a wrong value."""\n'
+        "    assert 1 == 2\n"
+    )
+    diff = tmp_path / "empty.patch"
+    diff.write_text("")
+    proc, report, _ = run_grader(baseline=calc_task["repo"], packet=calc_task["packet"],
+                                 diff=diff, hidden=hidden, out=tmp_path / "out")
+    assert proc.returncode == 0 and report is not None
+    got = outcomes(report)
+    assert got["hidden:test_runs.py::test_crashed_run"] == "crash"
+    assert got["hidden:test_runs.py::test_hung_run"] == "hang"
+    assert got["hidden:test_runs.py::test_wrong_number"] == "fail"
+    crashed = next(c for c in report["contracts"] if c["id"].endswith("test_crashed_run"))
+    assert "rank 1" in crashed["evidence"]["message"]
+
+
 def grade_calc(
     task: dict[str, Path],
     tmp_path: Path,

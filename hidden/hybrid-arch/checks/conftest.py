@@ -67,6 +67,10 @@ class Run:
         if self.result is not None:
             record_property(f"run:{self.name}:wall_s", self.result.duration_s)
         if not self.ok:
+            # The grader reads this property: a run that crashed or hung (or was never
+            # launched because one it needs did) makes the contract crash/hang, not fail.
+            outcome = self.result.outcome if self.result is not None else "crash"
+            record_property("grading_outcome", outcome if outcome == "hang" else "crash")
             pytest.fail(self.detail(), pytrace=False)
 
     def summary(self) -> dict[str, Any]:
