@@ -36,6 +36,8 @@ class PacketSpec(BaseModel):
     # One command per declared configuration: a full training run the agent may launch.
     candidate_commands: dict[ConfigurationName, str] = Field(default_factory=dict)
     candidate_timeout_s: float = 300.0
+    # The declared wall limit of grading one submission end to end (grader container).
+    grade_timeout_s: float = 900.0
     # Default budget limits (validated by the harness's Budget model).
     default_budget: dict[str, float] = Field(default_factory=dict)
 

@@ -20,13 +20,13 @@ import docker
 from pydantic import BaseModel
 
 from grading.models import GradeReport
+from grading.packet import load_packet_spec
 from harness import images, records
 from harness.errors import HarnessError
 from harness.sandbox import Sandbox
 from harness.transcript import utc_timestamp
 from harness.workspace import extract_tree
 
-GRADE_TIMEOUT_S = 1800.0
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
 
@@ -60,12 +60,17 @@ def grade_diff(
     out_dir: Path,
     *,
     client: docker.DockerClient,
-    timeout_s: float = GRADE_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> GradeReport:
-    """Grade one diff in a fresh grader container; ``out_dir`` (new, empty) gets the results."""
+    """Grade one diff in a fresh grader container; ``out_dir`` (new, empty) gets the results.
+
+    The wall limit is the packet's declared ``grade_timeout_s`` unless one is given.
+    """
     for needed in (inputs.hidden, inputs.packet_yaml, inputs.baseline, inputs.diff):
         if not needed.exists():
             raise HarnessError(f"grading input {needed} is missing", "restore it and re-grade")
+    if timeout_s is None:
+        timeout_s = load_packet_spec(inputs.packet_yaml).grade_timeout_s
     grader_id = images.image_id(client, "grader")
     submission_id = uuid.uuid4().hex  # opaque: says nothing about arm, pair or session
     sandbox = Sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
@@ -104,7 +109,7 @@ def grade_attempt(
     attempt_dir: Path,
     *,
     client: docker.DockerClient | None = None,
-    timeout_s: float = GRADE_TIMEOUT_S,
+    timeout_s: float | None = None,
     log: Callable[[str], None] = print,
 ) -> GradeReport:
     """Grade a session's diff; each grading gets a new ``grades/grade-N`` folder."""
