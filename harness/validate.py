@@ -53,6 +53,8 @@ class VariantResult(BaseModel):
     expected_failing: list[str]
     mismatches: list[str]
     grade_folder: str
+    # Per contract: the check's declared oracle, configurations, tolerance and measured values.
+    evidence: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class ValidationReport(BaseModel):
@@ -149,6 +151,7 @@ def validate_task(
                 variant=variant, verdict=report.verdict, outcomes=outcomes,
                 expected_failing=expected, mismatches=compare(variant, outcomes, expected),
                 grade_folder=str(grade_dir),
+                evidence={c.id: contract_evidence(c.evidence) for c in report.contracts},
             ))
     contracts = sorted({c for v in variants for c in v.outcomes})
     not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
@@ -157,6 +160,13 @@ def validate_task(
     (out_dir / "validation.json").write_text(result.model_dump_json(indent=1))
     (out_dir / "validation.md").write_text(render_markdown(result))
     return result
+
+
+def contract_evidence(evidence: dict[str, object], limit: int = 160) -> dict[str, str]:
+    """A check's recorded properties, trimmed for a table (launcher run logs left out)."""
+    props = evidence.get("properties") or {}
+    assert isinstance(props, dict)
+    return {str(k): str(v)[:limit] for k, v in props.items() if not str(k).startswith("run:")}
 
 
 def render_markdown(report: ValidationReport) -> str:
@@ -178,4 +188,17 @@ def render_markdown(report: ValidationReport) -> str:
         lines += ["", "Mismatches:", *[f"- {m}" for m in mismatches]]
     if report.not_run:
         lines += ["", "Not run here: " + ", ".join(f"`{c}`" for c in report.not_run)]
+    reference = next((v for v in report.variants if v.variant == "reference"), None)
+    if reference is not None and any(reference.evidence.values()):
+        lines += ["", "## The reference's evidence", "",
+                  "| contract | oracle | configurations | tolerance | measured |",
+                  "| --- | --- | --- | --- | --- |"]
+        declared = ("oracle", "configurations", "tolerance", "why")
+        for contract in report.contracts:
+            ev = reference.evidence.get(contract, {})
+            measured = "; ".join(f"{k}={v}" for k, v in ev.items() if k not in declared)
+            cells = [ev.get("oracle", ""), ev.get("configurations", ""),
+                     ev.get("tolerance", ""), measured[:300]]
+            cells = [c.replace("|", "/").replace("\n", " ") for c in cells]
+            lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
