@@ -1,0 +1,246 @@
+# HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
+"""Shared runs for the moe-router hidden checks.
+
+Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+The grader runs pytest with the candidate tree in GRADING_WORKDIR (also on PYTHONPATH) and the
+pristine baseline in GRADING_BASELINE. Every training run here is the candidate's own
+``train.py``: ``cpu-1`` as one process, the 2-rank configurations through
+``grading.launch.launch`` (static loopback rendezvous, one log per rank; a crash or a hang names
+the rank). The expensive runs are session-scoped fixtures, each launched at most once and shared
+by the checks that read it; a run that did not finish cleanly makes every check that needs it
+fail with the launcher's verdict and the culprit's log tail, never pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grading.launch import launch
+from grading.run import run_command
+
+CHECKS = Path(__file__).resolve().parent
+MOE_FLAGS = ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-factor", "1.25",
+             "--moe-aux-weight", "0.01"]
+# Wall limits per run: qualification measured every 200-step run under 41 s on 2 shared cores;
+# the runs here are shorter. A hung collective is cut by the launcher, not by the PG timeout.
+SHORT_RUN_TIMEOUT_S = 120.0
+QUALITY_RUN_TIMEOUT_S = 180.0  # packet.yaml candidate_timeout_s
+LOG_TAIL_CHARS = 2500
+
+
+def workdir() -> Path:
+    return Path(os.environ["GRADING_WORKDIR"])
+
+
+def baseline_dir() -> Path | None:
+    value = os.environ.get("GRADING_BASELINE")
+    return Path(value) if value else None
+
+
+def candidate_on_path() -> None:
+    root = str(workdir())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    if str(CHECKS) not in sys.path:
+        sys.path.insert(0, str(CHECKS))
+
+
+def run_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(root)
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return text if len(text) <= LOG_TAIL_CHARS else "[...]\n" + text[-LOG_TAIL_CHARS:]
+
+
+@dataclass
+class Run:
+    """One training run (or probe) and how it ended."""
+
+    name: str
+    config: str
+    out: Path
+    outcome: str  # "ok", "crash" or "hang"
+    detail: str
+    duration_s: float
+    culprit_logs: list[Path] = field(default_factory=list)
+
+    def require(self) -> Run:
+        """Fail the calling check (with the culprit's log) unless the run finished cleanly."""
+        if self.outcome != "ok":
+            # The grader reads this junit property: a check whose run crashed or hung is a
+            # crash/hang contract (rank named in the message), never a plain fail.
+            if _CURRENT_TEST:
+                _CURRENT_TEST[-1].user_properties.append(
+                    ("grading_outcome", "hang" if self.outcome == "hang" else "crash"))
+            logs = "\n".join(f"--- {p.name} ---\n{_tail(p)}" for p in self.culprit_logs)
+            pytest.fail(f"run {self.name} ({self.config}) ended as {self.outcome}: "
+                        f"{self.detail}\n{logs}", pytrace=False)
+        return self
+
+    def final_state(self) -> dict[str, Any]:
+        self.require()
+        return torch.load(self.out / "final_state.pt", map_location="cpu", weights_only=True)
+
+    def metrics(self) -> list[dict[str, Any]]:
+        self.require()
+        text = (self.out / "metrics.jsonl").read_text()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def summary(self) -> dict[str, Any]:
+        self.require()
+        return json.loads((self.out / "summary.json").read_text())
+
+    def evidence(self) -> str:
+        return f"{self.name}: {self.config}, {self.outcome}, {self.duration_s:.1f} s"
+
+
+def run_script(name: str, config: str, argv: list[str], out: Path, *, root: Path,
+               nproc: int, timeout_s: float,
+               expected: Callable[[int], list[Path]] | None = None) -> Run:
+    """``argv`` as one process (cpu-1) or as ``nproc`` ranks under the grading launcher."""
+    out.mkdir(parents=True, exist_ok=True)
+    log_dir = out.parent / f"{out.name}.logs"
+    env = run_env(root)
+    if nproc == 1:
+        log = log_dir / "rank0.log"
+        res = run_command(argv, cwd=root, env=env, timeout_s=timeout_s, log_path=log)
+        missing = [p for p in (expected(0) if expected else []) if not p.exists()]
+        if res.timed_out:
+            outcome, detail = "hang", f"still running at the wall limit of {timeout_s:g} s"
+        elif res.exit_code != 0:
+            how = f"signal {res.signal}" if res.signal else f"exit code {res.exit_code}"
+            outcome, detail = "crash", f"the process failed ({how})"
+        elif missing:
+            outcome, detail = "crash", f"exited 0 but left no {missing[0]}"
+        else:
+            outcome, detail = "ok", "finished"
+        return Run(name, config, out, outcome, detail, res.duration_s,
+                   [] if outcome == "ok" else [log])
+    res2 = launch(argv, nproc=nproc, cwd=root, env=env, timeout_s=timeout_s, log_dir=log_dir,
+                  expected_outputs=expected)
+    culprits = [Path(res2.ranks[r].log) for r in res2.culprit_ranks]
+    if res2.outcome != "ok" and not culprits:
+        culprits = [Path(r.log) for r in res2.ranks]
+    return Run(name, config, out, res2.outcome, res2.detail, res2.duration_s, culprits)
+
+
+def train(name: str, config: str, args: list[str], base: Path, *, root: Path | None = None,
+          timeout_s: float = SHORT_RUN_TIMEOUT_S) -> Run:
+    """The candidate's (or the baseline's) train.py under ``config``."""
+    root = root or workdir()
+    out = base / name
+    argv = [sys.executable, "train.py", "--config", config, *args, "--out", str(out)]
+    nproc = 1 if config == "cpu-1" else 2
+    return run_script(name, config, argv, out, root=root, nproc=nproc, timeout_s=timeout_s,
+                      expected=lambda rank: [out / "final_state.pt"] if rank == 0 else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared runs (each launched once per pytest session, on first use)
+
+EQ_STEPS = 30  # DDP vs one process and FSDP vs DDP: fp64, 30 steps of the fixed settings
+RESUME_STEPS, RESUME_AT = 20, 10
+STARVE_STEPS = 4
+STARVE_FLAGS = ["--moe-experts", "16", "--moe-top-k", "1", "--moe-capacity-factor", "16",
+                "--moe-aux-weight", "0", "--ffn-hidden", "32", "--global-batch", "2",
+                "--dtype", "fp64", "--seed", "0", "--steps", str(STARVE_STEPS)]
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+def _eq_args() -> list[str]:
+    return ["--steps", str(EQ_STEPS), "--seed", "0", "--global-batch", "16", "--dtype", "fp64",
+            *MOE_FLAGS]
+
+
+@pytest.fixture(scope="session")
+def cpu1_fp64(runs_dir: Path) -> Run:
+    return train("cpu1-fp64", "cpu-1", _eq_args(), runs_dir)
+
+
+@pytest.fixture(scope="session")
+def ddp_fp64(runs_dir: Path) -> Run:
+    return train("ddp-fp64", "gloo-ddp-2",
+                 [*_eq_args(), "--export", str(runs_dir / "ddp-fp64" / "model.pt")], runs_dir)
+
+
+@pytest.fixture(scope="session")
+def fsdp_fp64(runs_dir: Path) -> Run:
+    return train("fsdp-fp64", "gloo-fsdp-2", _eq_args(), runs_dir)
+
+
+def _resume_args(ckpt: Path) -> list[str]:
+    # Dropout makes the per-rank RNG streams matter: a rank resumed with the wrong generator
+    # draws different masks and the run diverges.
+    return ["--steps", str(RESUME_STEPS), "--seed", "0", "--global-batch", "16", "--dtype",
+            "fp32", "--dropout", "0.1", *MOE_FLAGS, "--ckpt", str(ckpt),
+            "--save-every", str(RESUME_AT)]
+
+
+@pytest.fixture(scope="session")
+def resume_pair(runs_dir: Path) -> tuple[Run, Run | None]:
+    full = train("ddp-full", "gloo-ddp-2", _resume_args(runs_dir / "ddp-full" / "ckpt"),
+                 runs_dir)
+    ckpt = runs_dir / "ddp-full" / "ckpt" / f"step_{RESUME_AT}"
+    if full.outcome != "ok" or not ckpt.exists():
+        return full, None
+    resumed = train("ddp-resumed", "gloo-ddp-2",
+                    [*_resume_args(runs_dir / "ddp-resumed" / "ckpt"), "--resume", str(ckpt)],
+                    runs_dir)
+    return full, resumed
+
+
+@pytest.fixture(scope="session")
+def starvation_pair(runs_dir: Path) -> tuple[Run, Run]:
+    one = train("starve-cpu1", "cpu-1", STARVE_FLAGS, runs_dir)
+    ddp = train("starve-ddp", "gloo-ddp-2", STARVE_FLAGS, runs_dir)
+    return one, ddp
+
+
+@pytest.fixture(scope="session")
+def quality_run(runs_dir: Path) -> Run:
+    return train("quality-cpu1", "cpu-1",
+                 ["--steps", "200", "--seed", "0", "--global-batch", "16", *MOE_FLAGS],
+                 runs_dir, timeout_s=QUALITY_RUN_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def balance_probe(runs_dir: Path) -> Run:
+    out = runs_dir / "balance-probe"
+    argv = [sys.executable, str(CHECKS / "probe_balance.py"), str(out), str(CHECKS)]
+    return run_script("balance-probe", "gloo-ddp-2", argv, out, root=workdir(), nproc=2,
+                      timeout_s=SHORT_RUN_TIMEOUT_S,
+                      expected=lambda rank: [out / f"rank{rank}.json"])
+
+
+# The test being run, so Run.require can tag it (record_property is per-test, runs are shared).
+_CURRENT_TEST: list[pytest.Item] = []
+
+
+@pytest.fixture(autouse=True)
+def _remember_current_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    _CURRENT_TEST.append(request.node)
+    yield
+    _CURRENT_TEST.pop()
