@@ -47,7 +47,7 @@ from grading.models import (
     count_outcomes,
     verdict_for,
 )
-from grading.packet import PacketSpec
+from grading.packet import CUDA_CONFIGURATIONS, PacketSpec
 from grading.run import RunResult, Watchdog, run_command, signal_name
 
 PUBLIC_CONTRACT_ID = "public-tests"
@@ -846,6 +846,22 @@ def _torch_version() -> str | None:
         return None
 
 
+def unavailable_configurations(packet: PacketSpec) -> dict[str, str]:
+    """Declared configurations this machine cannot run, and why (CUDA ones need 2 GPUs)."""
+    cuda = [c for c in packet.configurations if c in CUDA_CONFIGURATIONS]
+    if not cuda:
+        return {}
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        gpus = 0
+    if gpus >= 2:
+        return {}
+    return {c: f"needs 2 GPUs with NCCL; this grader has {gpus}" for c in cuda}
+
+
 def grade(opts: GradeOptions) -> GradeReport:
     """Grade one submission and return the report (the caller writes it)."""
     started, t0 = _now(), time.monotonic()
@@ -921,6 +937,7 @@ def grade(opts: GradeOptions) -> GradeReport:
         hidden_tree_sha256=tree_sha256(opts.hidden),
         python_version=platform.python_version(),
         torch_version=_torch_version(),
+        configurations_not_run=unavailable_configurations(opts.packet),
     )
 
 

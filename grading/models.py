@@ -91,6 +91,9 @@ class GradeReport(BaseModel):
     hidden_tree_sha256: str
     python_version: str
     torch_version: str | None
+    # Declared configurations this grader could not run (e.g. CUDA on a CPU machine), with
+    # the reason. Listed in the verdict, never counted as passed.
+    configurations_not_run: dict[str, str] = Field(default_factory=dict)
 
 
 def count_outcomes(contracts: list[ContractResult]) -> dict[Outcome, int]:

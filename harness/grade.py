@@ -127,9 +127,11 @@ def grade_attempt(
     report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
     record.grades.append(records.GradeSummary(
         verdict=report.verdict, folder=str(out_dir.relative_to(attempt_dir)),
-        counts=report.counts,
+        counts=report.counts, configurations_not_run=report.configurations_not_run,
     ))
     records.write_record(attempt_dir, record)
     records.write_manifest(attempt_dir)  # the record changed: the index must match it again
     log(f"grade: {report.verdict} " + ", ".join(f"{k}={v}" for k, v in report.counts.items()))
+    for name, why in report.configurations_not_run.items():
+        log(f"not run: {name} ({why})")
     return report

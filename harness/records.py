@@ -35,6 +35,8 @@ class GradeSummary(BaseModel):
     verdict: str
     folder: str
     counts: dict[str, int] = Field(default_factory=dict)
+    # Declared configurations the grader could not run, with why (never counted as passed).
+    configurations_not_run: dict[str, str] = Field(default_factory=dict)
 
 
 class SessionRecord(BaseModel):

@@ -412,6 +412,25 @@ def test_a_check_whose_run_crashed_or_hung_is_crash_or_hang_not_fail(
     assert "rank 1" in crashed["evidence"]["message"]
 
 
+def test_unavailable_cuda_configurations_are_listed_never_passed(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    packet = yaml.safe_load(calc_task["packet"].read_text())
+    packet["configurations"] = ["cpu-1", "cuda-ddp-2", "cuda-fsdp-2"]
+    packet_path = tmp_path / "packet.yaml"
+    packet_path.write_text(yaml.safe_dump(packet))
+    diff = tmp_path / "empty.patch"
+    diff.write_text("")
+    proc, report, _ = run_grader(baseline=calc_task["repo"], packet=packet_path, diff=diff,
+                                 hidden=calc_task["hidden"], out=tmp_path / "out")
+    assert proc.returncode == 0 and report is not None
+    gpus_here = report["configurations_not_run"] == {}
+    if not gpus_here:
+        assert set(report["configurations_not_run"]) == {"cuda-ddp-2", "cuda-fsdp-2"}
+        assert "GPU" in report["configurations_not_run"]["cuda-ddp-2"]
+    assert all(not c["id"].startswith("cuda") for c in report["contracts"])
+
+
 def grade_calc(
     task: dict[str, Path],
     tmp_path: Path,

@@ -163,3 +163,19 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
                if e.kind == "tool_result"]
     assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
     assert record.diff is not None and record.grades  # graded all the same
+
+
+def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> None:
+    from grading.models import GradeReport
+    from harness.grade import grade_attempt
+
+    again = grade_attempt(demo_attempt, log=lambda _m: None)
+    record = records.read_record(demo_attempt)
+    first, second = record.grades[0], record.grades[-1]
+    assert first.folder != second.folder  # a new folder: nothing overwritten
+    earlier = GradeReport.model_validate_json(
+        (demo_attempt / first.folder / "out" / "grade.json").read_text())
+    assert again.verdict == earlier.verdict == "complete"
+    assert {c.id: c.outcome for c in again.contracts} == {
+        c.id: c.outcome for c in earlier.contracts}
+    assert again.submission_id != earlier.submission_id  # opaque, fresh per grading
