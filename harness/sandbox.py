@@ -360,17 +360,26 @@ class OrphanReport(BaseModel):
     volumes: list[str] = Field(default_factory=list)
 
 
-def owner_alive(labels: dict[str, str]) -> bool:
-    """True when the harness process that created a resource still runs on this host."""
-    if labels.get(OWNER_HOST_LABEL) != host_id():
+def process_alive(pid: int, host: str) -> bool:
+    """True when ``pid`` runs on this host's current boot (``host`` is its boot id)."""
+    if host != host_id() or pid <= 0:
         return False
     try:
-        os.kill(int(labels.get(OWNER_PID_LABEL, "0")), 0)
-    except (ValueError, ProcessLookupError):
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return int(labels.get(OWNER_PID_LABEL, "0")) > 0
+    return True
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """True when the harness process that created a resource still runs on this host."""
+    try:
+        pid = int(labels.get(OWNER_PID_LABEL, "0"))
+    except ValueError:
+        return False
+    return process_alive(pid, labels.get(OWNER_HOST_LABEL, ""))
 
 
 def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False) -> OrphanReport:

@@ -29,11 +29,10 @@ from harness.errors import HarnessError
 from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
 from harness.records import SessionRecord
-from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, host_id, owner_alive
+from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, host_id, process_alive
 from harness.study import AgentSettings, Study, assignment, load_study, task_ref
 from harness.transcript import TranscriptWriter, utc_timestamp
 from harness.workspace import (
-    DiffTooLarge,
     check_applies,
     compute_diff,
     extract_tree,
@@ -231,7 +230,7 @@ def _finalize_diff(
         transcript.append("diff", {"extract": report.model_dump(mode="json"),
                                    **result.model_dump(mode="json"),
                                    "sha256": record.diff.sha256})
-    except (DiffTooLarge, HarnessError) as exc:
+    except HarnessError as exc:  # DiffTooLarge and UnsafeArchive included
         record.error = exc.line()
         transcript.append("error", {"phase": "diff", "error": exc.line()})
         if record.outcome in (None, "submitted", "agent_stopped"):
@@ -252,8 +251,7 @@ def mark_interrupted(runs_root: Path) -> list[Path]:
     for attempt_dir, record in records.all_records(runs_root):
         if record.status != "running":
             continue
-        if owner_alive({"org.harness.owner-pid": str(record.harness_pid),
-                        "org.harness.owner-host": record.host}):
+        if process_alive(record.harness_pid, record.host):
             continue
         with TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME) as transcript:
             transcript.append("session_interrupted", {

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
 from harness.budget import ComputeCategory, Ledger
+from harness.errors import HarnessError
 from harness.packets import TaskPacket
 from harness.sandbox import WORKSPACE, Sandbox
 
@@ -90,8 +91,6 @@ EXTRA_TOOLS: dict[str, ToolSpec] = {}
 def tools_for_arm(extra_tools: list[str]) -> list[ToolSpec]:
     unknown = [name for name in extra_tools if name not in EXTRA_TOOLS]
     if unknown:
-        from harness.errors import HarnessError
-
         raise HarnessError(f"unknown extra tool(s) {unknown}", f"known: {sorted(EXTRA_TOOLS)}")
     return COMMON_TOOLS + [EXTRA_TOOLS[name] for name in extra_tools]
 
