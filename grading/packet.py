@@ -18,6 +18,28 @@ ConfigurationName = Literal["cpu-1", "gloo-ddp-2", "gloo-fsdp-2", "cuda-ddp-2", 
 CUDA_CONFIGURATIONS: frozenset[str] = frozenset({"cuda-ddp-2", "cuda-fsdp-2"})
 
 
+class DiagnosticsSpec(BaseModel):
+    """How a diagnostic (TrainCheck) run trains this task: a short run of ``train.py``.
+
+    ``python train.py --config C --steps N --seed S <args> [<feature_args>] --out DIR``; the
+    distributed configurations run it under a static-rendezvous torchrun.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=3, ge=1, le=50)
+    seed: int = 0
+    # The arguments every run of the baseline accepts.
+    args: list[str] = Field(default_factory=list)
+    # The flags that switch the requested feature on; the baseline does not accept them.
+    feature_args: list[str] = Field(default_factory=list)
+    wall_s: float = Field(default=300.0, gt=0)
+
+    def train_args(self, *, feature: bool, seed: int | None = None) -> list[str]:
+        return ["--steps", str(self.steps), "--seed", str(self.seed if seed is None else seed),
+                *self.args, *(self.feature_args if feature else [])]
+
+
 class PacketSpec(BaseModel):
     """What ``task_packets/<task>/packet.yaml`` declares; every field is public to the agent."""
 
@@ -40,6 +62,8 @@ class PacketSpec(BaseModel):
     grade_timeout_s: float = 900.0
     # Default budget limits (validated by the harness's Budget model).
     default_budget: dict[str, float] = Field(default_factory=dict)
+    # Short diagnostic runs (the TrainCheck tool and the calibration track).
+    diagnostics: DiagnosticsSpec | None = None
 
 
 def load_packet_spec(path: Path) -> PacketSpec:

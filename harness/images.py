@@ -47,7 +47,8 @@ class ImageSpec(BaseModel):
     parent: str | None  # name of the parent ImageSpec; None means the rootfs image
     requirements: str | None = None  # file under images/requirements/
     with_torch: bool = False
-    with_grading: bool = False
+    # Project packages (top-level folders) copied into the build context, e.g. `grading`.
+    local_packages: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -58,9 +59,11 @@ class ImageSpec(BaseModel):
 IMAGE_SPECS: dict[str, ImageSpec] = {
     "base": ImageSpec(name="base", parent=None, requirements="base.txt", with_torch=True),
     "control": ImageSpec(name="control", parent="base"),
-    "treatment": ImageSpec(name="treatment", parent="control", requirements="treatment.txt"),
+    # The in-container TrainCheck runner (`diagnostics`) is part of the TrainCheck layer.
+    "treatment": ImageSpec(name="treatment", parent="control", requirements="treatment.txt",
+                           local_packages=("diagnostics",)),
     "grader": ImageSpec(
-        name="grader", parent="base", requirements="grader.txt", with_grading=True
+        name="grader", parent="base", requirements="grader.txt", local_packages=("grading",)
     ),
 }
 
@@ -293,8 +296,8 @@ def inputs_hash(spec: ImageSpec, parent_id: str, wheels: list[Path], torch_spec:
         digest.update((IMAGES_DIR / "requirements" / spec.requirements).read_bytes())
     for wheel in wheels:  # a wheel's name carries its version; its size catches a re-download
         digest.update(f"{wheel.name}\0{wheel.stat().st_size}\0".encode())
-    if spec.with_grading:
-        _hash_tree(digest, REPO_ROOT / "grading", "grading")
+    for package in spec.local_packages:
+        _hash_tree(digest, REPO_ROOT / package, package)
     return digest.hexdigest()
 
 
@@ -360,9 +363,9 @@ def build_image(
         (context / "requirements.txt").write_text(
             "".join(f"{n}=={v}\n" for n, v in image_pins(spec, torch_spec))
         )
-        if spec.with_grading:
+        for package in spec.local_packages:
             shutil.copytree(
-                REPO_ROOT / "grading", context / "grading",
+                REPO_ROOT / package, context / package,
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
         buildargs = {"ROOTFS_IMAGE": ROOTFS_TAG, "PARENT_IMAGE": parent_tag}

@@ -65,7 +65,7 @@ class ValidationReport(BaseModel):
     not_run: list[str]
 
 
-def _load_yaml(path: Path, model: type[BaseModel]) -> BaseModel:
+def load_yaml(path: Path, model: type[BaseModel]) -> BaseModel:
     try:
         return model.model_validate(yaml.safe_load(path.read_text()))
     except (OSError, yaml.YAMLError, ValueError) as exc:
@@ -113,7 +113,7 @@ def validate_task(
     client: docker.DockerClient | None = None,
     log: Callable[[str], None] = print,
 ) -> ValidationReport:
-    spec = _load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
+    spec = load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
     assert isinstance(spec, ValidationSpec)
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
     faults = sorted(p.parent for p in hidden_dir.glob("faults/*/fault.yaml"))
@@ -129,7 +129,7 @@ def validate_task(
             ("baseline", b"", spec.baseline_fails),
         ]
         for fault_dir in faults:
-            fault = _load_yaml(fault_dir / "fault.yaml", FaultSpec)
+            fault = load_yaml(fault_dir / "fault.yaml", FaultSpec)
             assert isinstance(fault, FaultSpec)
             fault_work = work / f"fault-{fault.id}"
             fault_work.mkdir()
