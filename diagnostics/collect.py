@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,26 @@ def scrubbed_env(home: Path) -> dict[str, str]:
     return env
 
 
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process whose environment carries ``DIAGNOSTICS_RUN=marker``.
+
+    torchrun starts its ranks in sessions of their own, so killing the launcher's process
+    group misses them; the inherited environment marker finds them (re-parented or not).
+    """
+    needle = f"DIAGNOSTICS_RUN={marker}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
 def _launch_line(config: str, script: Path, args: list[str]) -> list[str]:
     if WORLD_SIZE[config] == 1:
         return ["python", str(script), *args]
@@ -72,7 +93,9 @@ _FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank.*?\n.*?exitcode\s*:\
 
 def failure_cause(return_code: int, output: str) -> str:
     """One line naming how the program died: torchrun's failing rank, or the signal."""
-    match = _FAILED_RANK.search(output)
+    # torchrun lists "Other Failures" (peers it terminated) before the "Root Cause" section.
+    root = output.rfind("Root Cause")
+    match = _FAILED_RANK.search(output, root if root >= 0 else 0)
     if match:
         rank, code = int(match.group(1)), int(match.group(2))
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
@@ -118,23 +141,22 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
         command = _launch_line(config, scratch / MAIN_SCRIPT, args)
 
     log_path = out / "output.log"
+    marker = uuid.uuid4().hex
+    env = {**scrubbed_env(home), "DIAGNOSTICS_RUN": marker}
     started = time.monotonic()
     hung = False
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, cwd=scratch, env=scrubbed_env(home), stdout=log,
+        proc = subprocess.Popen(command, cwd=scratch, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             return_code = proc.wait(timeout=wall_s)
         except subprocess.TimeoutExpired:
             hung = True
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_marked(marker)
             return_code = proc.wait()
         finally:
-            # Anything the run left behind in its session (a stray rank) goes too.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # Anything the run left behind (a stray rank, a background child) goes too.
+            left_behind = kill_marked(marker)
     wall = time.monotonic() - started
     output = log_path.read_text(errors="replace")
 
@@ -144,6 +166,7 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
         "wall_s": round(wall, 3), "out": str(out), "train_out": str(train_out),
         "trace_dir": str(trace_dir) if traced else None,
         "selective": invariants is not None, "output_tail": _tail(output),
+        "killed_left_behind": left_behind,
     }
     if hung:
         record.update(outcome="hang",

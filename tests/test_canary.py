@@ -77,3 +77,36 @@ def test_no_workspace_or_transcript_holds_a_canary(demo_attempt: Path) -> None:
             seen += 1
             assert contains_any([path.read_bytes()], needles) is None, path
     assert seen > 10
+
+
+def _added_reference_lines(task_dir: Path) -> list[bytes]:
+    """Distinctive code lines the hidden reference solution adds (long enough to be unique)."""
+    patch = (task_dir / "reference" / "solution.patch").read_text()
+    lines = []
+    for line in patch.splitlines():
+        code = line[1:].strip()
+        if line.startswith("+") and not line.startswith("+++") and len(code) >= 40:
+            lines.append(code.encode())
+    return lines
+
+
+def test_frozen_traincheck_invariants_leak_no_hidden_text() -> None:
+    """What the treatment tool uploads into an agent's container: no canary, no reference code.
+
+    (What the invariants do reveal is written down in harness/traincheck/reference.py.)"""
+    import gzip
+
+    needles = canaries()
+    checked = 0
+    for task_dir in sorted(REPO_ROOT.glob("hidden/*/")):
+        frozen = REPO_ROOT / "reports" / "traincheck" / task_dir.name / "reference"
+        reference_lines = _added_reference_lines(task_dir)
+        for path in sorted(frozen.glob("*.invariants.json.gz")) + sorted(
+                frozen.glob("*.control.json")):
+            content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else (
+                path.read_bytes())
+            assert contains_any([content], needles) is None, path
+            leaked = [line for line in reference_lines if line in content]
+            assert not leaked, f"{path} holds reference code: {leaked[:3]}"
+            checked += 1
+    assert checked, "no frozen TrainCheck reference is committed"
