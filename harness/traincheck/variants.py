@@ -1,0 +1,82 @@
+"""The code variants the calibration track traces, built on the host from the task files.
+
+``baseline`` is the packet's repo; ``reference`` is the baseline plus the hidden reference
+solution (the legitimately changed control); ``fault:<id>`` is the reference plus one
+documented fault. Held-out repair variants (``hidden/<task>/heldout/``) are never built here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from harness.errors import HarnessError
+from harness.images import REPO_ROOT
+from harness.packets import TaskPacket, load_packet
+from harness.validate import FaultSpec, load_yaml
+from harness.workspace import apply_patch, snapshot_baseline
+
+REPORTS_ROOT = REPO_ROOT / "reports" / "traincheck"
+
+
+class Variant(BaseModel):
+    name: str
+    kind: Literal["baseline", "reference", "fault"]
+    tree: Path
+    feature: bool  # whether the feature flags apply (the baseline does not accept them)
+    fault: FaultSpec | None = None
+    patch_sha256: str = ""
+
+
+class TaskFiles(BaseModel):
+    task: str
+    packet: TaskPacket
+    hidden: Path
+
+    @property
+    def reports(self) -> Path:
+        return REPORTS_ROOT / self.task
+
+
+def task_files(task: str) -> TaskFiles:
+    packet_dir = REPO_ROOT / "task_packets" / task
+    hidden = REPO_ROOT / "hidden" / task
+    if not (packet_dir / "packet.yaml").exists() or not hidden.is_dir():
+        raise HarnessError(f"unknown task {task!r}",
+                           "use a task with task_packets/<task>/ and hidden/<task>/")
+    packet = load_packet(packet_dir)
+    if packet.spec.diagnostics is None:
+        raise HarnessError(f"task {task} declares no diagnostics runs",
+                           "add a `diagnostics:` section to its packet.yaml")
+    return TaskFiles(task=task, packet=packet, hidden=hidden)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_variants(files: TaskFiles, work: Path, *, faults: bool) -> list[Variant]:
+    """Trees under ``work`` (which must be empty or missing)."""
+    baseline = work / "baseline"
+    snapshot_baseline(files.packet.repo, baseline)
+    reference_patch = (files.hidden / "reference" / "solution.patch").read_bytes()
+    reference = work / "reference"
+    apply_patch(baseline, reference_patch, reference)
+    variants = [
+        Variant(name="baseline", kind="baseline", tree=baseline, feature=False),
+        Variant(name="reference", kind="reference", tree=reference, feature=True,
+                patch_sha256=_sha(reference_patch)),
+    ]
+    if faults:
+        for fault_yaml in sorted(files.hidden.glob("faults/*/fault.yaml")):
+            spec = load_yaml(fault_yaml, FaultSpec)
+            assert isinstance(spec, FaultSpec)
+            patch = (fault_yaml.parent / "fault.patch").read_bytes()
+            tree = work / f"fault-{spec.id}"
+            apply_patch(reference, patch, tree)
+            variants.append(Variant(name=f"fault:{spec.id}", kind="fault", tree=tree,
+                                    feature=True, fault=spec, patch_sha256=_sha(patch)))
+    return variants
