@@ -11,7 +11,7 @@ does what the source instrumenter would, from the outside, without touching the 
   the same logical name (``model.<name>``) on every rank, in every configuration and run;
 - dumps all parameters after each ``optimizer.step()`` with TrainCheck's own ``VarSampler``
   (the tracker that works for one process, DDP and FSDP2) and counts steps in
-  ``META_VARS["step"]``.
+  ``META_VARS["step"]``; with several ranks, a barrier first aligns the ranks' dumps in time.
 
 Then it runs the real ``train.py`` as ``__main__`` with the original arguments.
 """
@@ -32,6 +32,7 @@ os.chdir(_SRC)  # TrainCheck runs the program from its output folder
 sys.path.insert(0, _SRC)
 
 import torch
+import torch.distributed as _dist
 from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -95,6 +96,12 @@ def _opt_post(optimizer, args, kwargs):
     # so it is built here (a dump before the update would carry the same step number).
     model = _models.get(id(optimizer))
     if model is not None:
+        # TrainCheck pairs ranks' values by overlapping lifetimes (>1% overlap); ranks that
+        # drift apart in time would pair step k with step k-1 and "violate" cross-rank
+        # consistency on healthy code. A barrier before the dump aligns the lifetimes; it
+        # changes timing only, never values (checked by the transparency report).
+        if _dist.is_available() and _dist.is_initialized() and _dist.get_world_size() > 1:
+            _dist.barrier()
         if id(optimizer) in _samplers:
             _samplers[id(optimizer)].dump_sample()
         else:

@@ -112,7 +112,11 @@ def validate_task(
     *,
     client: docker.DockerClient | None = None,
     log: Callable[[str], None] = print,
+    only: list[str] | None = None,
+    previous: ValidationReport | None = None,
 ) -> ValidationReport:
+    """Grade the reference, the baseline and every fault. With ``only``, grade just those
+    variants and keep the others' results from ``previous`` (e.g. after adding one fault)."""
     spec = load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
     assert isinstance(spec, ValidationSpec)
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
@@ -136,6 +140,13 @@ def validate_task(
             patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
                                 fault_work)
             plans.append((f"fault:{fault.id}", patch, fault.breaks))
+        if only is not None:
+            unknown = set(only) - {name for name, _, _ in plans}
+            if unknown:
+                raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
+                                   "use reference, baseline or fault:<id>")
+            kept = {v.variant: v for v in (previous.variants if previous else [])}
+            plans = [plan for plan in plans if plan[0] in only or plan[0] not in kept]
         for variant, patch, expected in plans:
             diff_path = work / f"{variant.replace(':', '-')}.diff"
             diff_path.write_bytes(patch)
@@ -153,6 +164,12 @@ def validate_task(
                 grade_folder=str(grade_dir),
                 evidence={c.id: contract_evidence(c.evidence) for c in report.contracts},
             ))
+    if only is not None and previous is not None:
+        graded = {v.variant for v in variants}
+        order = [v.variant for v in previous.variants] + [v.variant for v in variants]
+        merged = {v.variant: v for v in previous.variants if v.variant not in graded}
+        merged.update({v.variant: v for v in variants})
+        variants = [merged[name] for name in dict.fromkeys(order)]
     contracts = sorted({c for v in variants for c in v.outcomes})
     not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
     result = ValidationReport(task=task, ok=not any(v.mismatches for v in variants),
