@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 from diagnostics.collect import run as collect_run
 from diagnostics.collect import scrubbed_env
+from diagnostics.traces import rank_traces
 
 TAIL = 3000
 
@@ -130,6 +132,25 @@ def check(trace: Path, invariants: Path, out: Path, wall_s: float) -> dict[str, 
     return result
 
 
+def check_per_rank(trace: Path, invariants: Path, out: Path, wall_s: float) -> dict[str, Any]:
+    """Check each rank's trace files on their own: what independent per-rank checking sees.
+
+    The comparison with ``check`` on the whole folder shows which violations need the
+    cross-rank aggregation (one merged trace, records paired across ranks)."""
+    ranks = rank_traces(trace)
+    per_rank: dict[str, Any] = {}
+    for rank, entry in sorted(ranks.items()):
+        alone = out / f"rank{rank}-trace"
+        alone.mkdir(parents=True)
+        for name in entry["api_files"] + entry["var_files"]:
+            shutil.copy2(trace / name, alone / name)
+        per_rank[str(rank)] = check(alone, invariants, out / f"rank{rank}-check", wall_s)
+    ids = sorted({v["id"] for r in per_rank.values() for v in r.get("violations", [])})
+    return {"outcome": "ok" if all(r["outcome"] == "ok" for r in per_rank.values()) else
+            "crash", "ranks": sorted(per_rank), "violated_ids": ids,
+            "wall_s": round(sum(r["wall_s"] for r in per_rank.values()), 3)}
+
+
 def beyond_control(violations: list[dict[str, Any]], control_ids: set[str]) -> list[dict[str, Any]]:
     """The violations a healthy control run of the same configuration did not show."""
     return [v for v in violations if v["id"] not in control_ids]
@@ -152,7 +173,7 @@ def render_report(report: dict[str, Any]) -> str:
     if report.get("control_violations_seen"):
         lines.append(f"(also {report['control_violations_seen']} violation(s) that the healthy "
                      "control run shows too; not reported)")
-    if run.get("output_tail") and report["outcome"] != "ok":
+    if run.get("output_tail") and report["outcome"].startswith("diagnostic_"):
         lines += ["", "program output (tail):", run["output_tail"]]
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,8 @@ from harness import images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
-from harness.agent.tools import ToolRunner, ToolSpec, tools_for_arm
+from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec, tools_for_arm
+from harness.agent.traincheck_tool import TraincheckTool
 from harness.budget import Budget, Ledger
 from harness.errors import HarnessError
 from harness.gpu_slots import GpuSlots
@@ -90,6 +91,9 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     provider = make_provider(agent_settings)  # a missing API key fails here, before Docker
     arm = study.arms[spec.arm]
     tools = tools_for_arm(arm.extra_tools)
+    extras: dict[str, ExtraTool] = {}
+    if "traincheck" in arm.extra_tools:  # its frozen reference is checked before any container
+        extras["traincheck"] = TraincheckTool.for_task(spec.task, packet, task.hidden_dir())
     client = images.docker_client()
     image_id = images.image_id(client, arm.image)
     budget = Budget.model_validate({**packet.spec.default_budget,
@@ -108,8 +112,8 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME)
     try:
         with _signals_as_interrupt():
-            _run_attempt(study, options, record, attempt_dir, packet, provider, tools, budget,
-                         agent_settings, client, transcript, log)
+            _run_attempt(study, options, record, attempt_dir, packet, provider, tools, extras,
+                         budget, agent_settings, client, transcript, log)
     finally:
         transcript.close()
         records.write_manifest(attempt_dir)
@@ -128,6 +132,7 @@ def _run_attempt(
     packet: TaskPacket,
     provider: Provider,
     tools: list[ToolSpec],
+    extras: dict[str, ExtraTool],
     budget: Budget,
     agent_settings: AgentSettings,
     client: docker.DockerClient,
@@ -170,7 +175,7 @@ def _run_attempt(
             sandbox.put_archive(WORKSPACE, workspace_archive(baseline))
             ledger.start()
             runner = ToolRunner(sandbox, packet, ledger, attempt_dir / "artifacts",
-                                gpus_available=bool(lease.gpu_ids))
+                                gpus_available=bool(lease.gpu_ids), extra_tools=extras)
             outcome = run_agent(provider, tools, runner, ledger, transcript,
                                 system_prompt=system_prompt, task_md=packet.task_md,
                                 max_output_tokens=agent_settings.max_output_tokens,

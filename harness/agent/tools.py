@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import posixpath
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -84,8 +85,22 @@ COMMON_TOOLS: list[ToolSpec] = [
     ),
 ]
 
-# Extra tools an arm may add (filled by the TrainCheck diagnostic tool).
-EXTRA_TOOLS: dict[str, ToolSpec] = {}
+# Extra tools an arm may add; an arm lists them in its study's ``extra_tools``. Their
+# handlers are built per session (harness/session.py) and given to the ToolRunner, so an arm
+# that does not list a tool can never run it.
+EXTRA_TOOLS: dict[str, ToolSpec] = {
+    "traincheck": ToolSpec(
+        name="traincheck",
+        description="Trace a short training run of the current workspace under TrainCheck, "
+        "in a scratch copy (your files are not touched), check it against invariants learned "
+        "from healthy baseline runs, and report the violations beyond those a healthy control "
+        "run shows, with where each first fired. Its compute counts against your time budget.",
+        parameters=_schema({"configuration": {
+            "type": "string",
+            "description": "a CPU configuration of the task with a TrainCheck reference, "
+            "e.g. gloo-ddp-2"}}, ["configuration"]),
+    ),
+}
 
 
 def tools_for_arm(extra_tools: list[str]) -> list[ToolSpec]:
@@ -115,6 +130,12 @@ class ToolError(Exception):
     """The call cannot be carried out as asked; the message goes back to the model."""
 
 
+class ExtraTool(Protocol):
+    """The handler of an extra tool: called with the runner and the model's arguments."""
+
+    def __call__(self, runner: ToolRunner, /, **args: Any) -> ToolResult: ...
+
+
 def workspace_path(path: Any) -> str:
     """An absolute container path under /workspace, or ToolError."""
     if not isinstance(path, str) or not path.strip():
@@ -137,6 +158,7 @@ class ToolRunner:
         *,
         default_timeout_s: float = 300.0,
         gpus_available: bool = False,
+        extra_tools: Mapping[str, ExtraTool] | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.packet = packet
@@ -144,17 +166,29 @@ class ToolRunner:
         self.artifacts_dir = artifacts_dir
         self.default_timeout_s = default_timeout_s
         self.gpus_available = gpus_available
+        # Only the arm's own extra tools; any other name is an unknown tool.
+        self.extra_tools = dict(extra_tools or {})
         self._count = 0
 
     def is_candidate_run(self, name: str) -> bool:
         return name == "run_candidate"
 
+    def artifact_path(self, label: str) -> Path:
+        """Where the current call keeps a whole output: ``artifacts/NNNN-<label>.log``."""
+        path = self.artifacts_dir / f"{self._count:04d}-{label}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
     def run(self, name: str, args: dict[str, Any]) -> ToolResult:
+        extra = self.extra_tools.get(name)
         handler = getattr(self, f"_tool_{name}", None)
-        if handler is None:
+        if handler is None and extra is None:
             return ToolResult(ok=False, output=f"unknown tool {name!r}")
         self._count += 1
         try:
+            if extra is not None:
+                return extra(self, **args)
+            assert handler is not None
             return handler(**args)
         except ToolError as exc:
             return ToolResult(ok=False, output=f"error: {exc}")
@@ -166,8 +200,7 @@ class ToolRunner:
     def _exec(
         self, command: list[str] | str, timeout_s: float, category: ComputeCategory, label: str
     ) -> ToolResult:
-        artifact = self.artifacts_dir / f"{self._count:04d}-{label}.log"
-        artifact.parent.mkdir(parents=True, exist_ok=True)
+        artifact = self.artifact_path(label)
         timeout = self.ledger.bounded_timeout(timeout_s)
         result = self.sandbox.exec(command, timeout_s=timeout, artifact=artifact)
         self.ledger.add_compute(category, result.duration_s)
