@@ -55,9 +55,12 @@ def tool_results(attempt: Path, name: str) -> list[dict[str, Any]]:
 
 
 def test_a_task_without_a_usable_reference_fails_before_any_container(tmp_path: Path) -> None:
-    # tiny-regression declares no diagnostics runs, so the tool has nothing to run.
+    # opsd-distill (qualified, not selected) declares no diagnostics runs: nothing to run.
     script = write_script(tmp_path, [{"tool": "submit", "args": {"summary": "s"}}])
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"},
+                        tasks=[{"id": "opsd-distill",
+                                "packet": str(REPO_ROOT / "task_packets" / "opsd-distill"),
+                                "hidden": str(REPO_ROOT / "hidden" / "opsd-distill")}],
                         arms={"control": {"image": "control"},
                               "treatment": {"image": "treatment",
                                             "extra_tools": ["traincheck"]}})

@@ -20,6 +20,7 @@ from harness.validate import FaultSpec, load_yaml
 from harness.workspace import apply_patch, snapshot_baseline
 
 REPORTS_ROOT = REPO_ROOT / "reports" / "traincheck"
+VALIDATION_ROOT = REPO_ROOT / "reports" / "validation"
 
 
 class Variant(BaseModel):
@@ -35,15 +36,25 @@ class TaskFiles(BaseModel):
     task: str
     packet: TaskPacket
     hidden: Path
+    reports_root: Path = REPORTS_ROOT
+    validation_dir: Path = VALIDATION_ROOT
 
     @property
     def reports(self) -> Path:
-        return REPORTS_ROOT / self.task
+        return self.reports_root / self.task
+
+    @property
+    def validation_summary(self) -> Path:
+        """The gold validation summary (the grader's verdicts), written by `harness validate`."""
+        return self.validation_dir / f"{self.task}.json"
 
 
-def task_files(task: str) -> TaskFiles:
-    packet_dir = REPO_ROOT / "task_packets" / task
-    hidden = REPO_ROOT / "hidden" / task
+def task_files(task: str, *, packet_dir: Path | None = None, hidden_dir: Path | None = None,
+               reports_root: Path = REPORTS_ROOT,
+               validation_dir: Path = VALIDATION_ROOT) -> TaskFiles:
+    """A task's files; the defaults are the repository's (tests point them elsewhere)."""
+    packet_dir = packet_dir or REPO_ROOT / "task_packets" / task
+    hidden = hidden_dir or REPO_ROOT / "hidden" / task
     if not (packet_dir / "packet.yaml").exists() or not hidden.is_dir():
         raise HarnessError(f"unknown task {task!r}",
                            "use a task with task_packets/<task>/ and hidden/<task>/")
@@ -51,7 +62,8 @@ def task_files(task: str) -> TaskFiles:
     if packet.spec.diagnostics is None:
         raise HarnessError(f"task {task} declares no diagnostics runs",
                            "add a `diagnostics:` section to its packet.yaml")
-    return TaskFiles(task=task, packet=packet, hidden=hidden)
+    return TaskFiles(task=task, packet=packet, hidden=hidden, reports_root=reports_root,
+                     validation_dir=validation_dir)
 
 
 def _sha(data: bytes) -> str:

@@ -1,0 +1,81 @@
+"""The calibration track end to end on the fixture task, in real containers.
+
+Gold validation (the real grader), the frozen reference build (traced runs, real
+``traincheck-infer`` and ``traincheck-check``), the capability probe and track 1 calibration,
+all on cpu-1 of ``tiny-regression``, with outputs under a temporary folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.images import REPO_ROOT
+from harness.traincheck import capabilities as cap
+from harness.traincheck.calibrate import calibrate, detections_by_contract, render_markdown
+from harness.traincheck.reference import build_reference, load_frozen
+from harness.traincheck.variants import task_files
+from harness.validate import validate_task
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
+HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
+
+
+def test_calibration_track_on_the_fixture_task(tmp_path: Path) -> None:
+    files = task_files("tiny-regression", packet_dir=FIXTURE, hidden_dir=HIDDEN,
+                       reports_root=tmp_path / "traincheck",
+                       validation_dir=tmp_path / "validation")
+    quiet = lambda _m: None  # noqa: E731
+
+    # Calibration needs the grader's verdicts first, and says so.
+    with pytest.raises(HarnessError, match="no gold validation summary"):
+        calibrate(files, ["cpu-1"], command="test", log=quiet)
+    validation = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path / "runs", log=quiet)
+    files.validation_summary.parent.mkdir(parents=True)
+    files.validation_summary.write_text(validation.model_dump_json())
+
+    manifest = build_reference(files, ["cpu-1"], log=quiet)
+    frozen = manifest.configs["cpu-1"]
+    assert frozen.n_learned > 0 and frozen.n_kept == frozen.n_learned - frozen.n_dropped
+    assert frozen.learn_run.outcome == frozen.control_run.outcome == "ok"
+    assert frozen.applicability_run.variant == "reference"
+    _, files_ok = load_frozen(files, "cpu-1")  # hashes verified
+    assert files_ok.invariants.count(b"\n") == frozen.n_kept
+    # Editing a frozen file is refused.
+    control = files.reports / "reference" / "cpu-1.control.json"
+    control.write_text(control.read_text().replace("cpu-1", "cpu-1 "))
+    with pytest.raises(HarnessError, match="does not match its hash"):
+        load_frozen(files, "cpu-1")
+    control.write_text(control.read_text().replace("cpu-1 ", "cpu-1"))
+
+    version, probes = cap.probe(files, ["cpu-1"], log=quiet)
+    kinds = {k: v.status for k, v in probes["cpu-1"].kinds.items()}
+    assert version == "0.2.0"
+    assert kinds["api_events"] == "observed" and kinds["model_parameters"] == "observed"
+    assert kinds["optimizer_state"] == "not" and kinds["tensor_representation"] == "partly"
+    assert kinds["rank_identity"] == kinds["step_identity"] == "observed"
+
+    report = calibrate(files, ["cpu-1"], command="test", log=quiet)
+    rows = {r.variant: r for r in report.configs["cpu-1"].rows}
+    assert set(rows) == {"baseline", "reference", "fault:off-by-one-ramp",
+                         "fault:scheduler-not-resumed"}
+    for name in ("fault:off-by-one-ramp", "fault:scheduler-not-resumed"):
+        row = rows[name]
+        assert row.oracle is not None and row.oracle.confirmed, name  # the real grader's verdict
+        assert row.oracle.failing_contracts
+        assert row.verdict in ("detected", "not_detected") and row.check_outcome == "ok"
+    assert rows["baseline"].verdict in ("clean", "false_alarm")
+    summary = report.summary
+    assert summary.controls == 2 and summary.faults_confirmed == 2
+    assert summary.false_alarms == sum(r.verdict == "false_alarm" for r in rows.values())
+    assert report.configs["cpu-1"].cost_ratio > 1.0
+    assert "faults detected by TrainCheck" in render_markdown(report)
+
+    coverage = cap.contract_coverage(files, probes, detections_by_contract(report))
+    statuses = {c.contract: c.status for c in coverage}
+    assert set(statuses) == set(validation.contracts)
+    resume = "hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"
+    if resume not in detections_by_contract(report):
+        assert statuses[resume] == "missing_instrumentation"  # file contents are never traced
