@@ -1,0 +1,317 @@
+"""Track 1 calibration: known faults vs the independent oracle vs TrainCheck, with costs.
+
+For each CPU configuration, in one fresh treatment container, at a held-out seed (the frozen
+reference was learned and its policy decided at the packet's seed):
+
+- a plain run of the baseline (the cost denominator);
+- traced runs of the healthy baseline and of the reference solution, checked against the
+  frozen invariants: any violation beyond the healthy control set is a false alarm;
+- a traced run of every calibration fault (reference + fault patch), checked the same way:
+  the TrainCheck verdict counts violations beyond the control set AND beyond those of the
+  matching healthy run (the reference at the same seed), naming the violated rules.
+
+The oracle verdict is the grader's, recorded by gold validation (``reports/validation``), and
+is tied to the fault patch by its hash. Held-out repair variants are never used here.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+from pydantic import BaseModel, Field
+
+from harness import images
+from harness.errors import HarnessError
+from harness.images import REPO_ROOT
+from harness.traincheck.box import RUNS, DiagnosticsBox
+from harness.traincheck.reference import (
+    RunSummary,
+    Violation,
+    file_sha256,
+    load_frozen,
+    run_summary,
+    traced_run,
+)
+from harness.traincheck.variants import TaskFiles, Variant, build_variants
+from harness.validate import FAILING, ValidationReport
+
+CALIBRATION_SEED_OFFSET = 1  # held-out seed = packet seed + 1
+CHECK_WALL_S = 900.0
+
+Verdict = Literal["detected", "not_detected", "false_alarm", "clean", "program_crash",
+                  "program_hang", "diagnostic_failure"]
+
+
+class OracleVerdict(BaseModel):
+    verdict: str  # the grader's verdict on this variant in gold validation
+    failing_contracts: list[str]
+    confirmed: bool  # every contract the fault documents breaking failed, nothing else
+    source: str
+
+
+class CalibrationRow(BaseModel):
+    variant: str
+    kind: str
+    config: str
+    seed: int
+    oracle: OracleVerdict | None
+    run: RunSummary
+    check_outcome: str
+    violations_total: int = 0
+    beyond_control: list[Violation] = Field(default_factory=list)
+    beyond_matching: list[Violation] = Field(default_factory=list)
+    verdict: Verdict
+    collect_s: float
+    check_s: float = 0.0
+    # For a detection on a multi-rank run: the detected rules that checking each rank's trace
+    # on its own does NOT find, i.e. that need the cross-rank aggregation.
+    cross_rank_only: list[str] | None = None
+
+
+class ConfigCalibration(BaseModel):
+    config: str
+    plain_s: float
+    rows: list[CalibrationRow]
+    # One diagnostic run (collect + check) of the healthy baseline over the plain run.
+    cost_ratio: float
+
+
+class CalibrationSummary(BaseModel):
+    faults_confirmed: int
+    faults_detected: int
+    detected: dict[str, list[str]]  # fault -> configurations where TrainCheck detected it
+    program_failures: dict[str, list[str]]  # fault -> configurations where the run died
+    false_alarms: int
+    controls: int
+    unsupported_contracts: list[str]
+
+
+class CalibrationReport(BaseModel):
+    task: str
+    command: str
+    seed: int
+    reference_manifest_sha256: str
+    configs: dict[str, ConfigCalibration]
+    summary: CalibrationSummary
+
+
+def oracle_verdicts(files: TaskFiles, variants: list[Variant]) -> dict[str, OracleVerdict]:
+    """The grader's verdicts from the committed gold validation summary."""
+    path = files.validation_summary
+    if not path.exists():
+        raise HarnessError(f"no gold validation summary for {files.task}",
+                           f"run `harness validate --task {files.task}` first")
+    report = ValidationReport.model_validate_json(path.read_text())
+    by_name = {v.variant: v for v in report.variants}
+    verdicts = {}
+    for variant in variants:
+        graded = by_name.get(variant.name)
+        if graded is None:
+            continue
+        failing = sorted(c for c, o in graded.outcomes.items() if o in FAILING)
+        verdicts[variant.name] = OracleVerdict(
+            verdict=graded.verdict, failing_contracts=failing,
+            confirmed=not graded.mismatches and (variant.kind != "fault" or bool(failing)),
+            source=str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path))
+    return verdicts
+
+
+def _violations(result: dict[str, Any]) -> list[Violation]:
+    return [Violation.model_validate(v) for v in result.get("violations", [])]
+
+
+def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Variant],
+                     trees: dict[str, str], config: str, oracle: dict[str, OracleVerdict],
+                     log: Callable[[str], None]) -> ConfigCalibration:
+    spec = files.packet.spec.diagnostics
+    assert spec is not None
+    seed = spec.seed + CALIBRATION_SEED_OFFSET
+    _, frozen = load_frozen(files, config)
+    box.sandbox.put_file("/workspace", f"reference/{config}.invariants.json", frozen.invariants)
+    invariants = f"/workspace/reference/{config}.invariants.json"
+    control_ids = set(json.loads(frozen.control)["violated_ids"])
+
+    plain = traced_run(box, trees["baseline"], f"{RUNS}/{config}-plain", config,
+                       spec.train_args(feature=False, seed=seed), spec.wall_s, traced=False)
+    if plain["outcome"] != "ok":
+        raise HarnessError(f"{config}: the plain baseline run failed ({plain['cause']})",
+                           "a healthy baseline must run before calibration")
+    rows: list[CalibrationRow] = []
+    matching: set[str] = set()
+    for variant in variants:  # baseline, reference, then faults: the reference sets `matching`
+        name = variant.name.replace(":", "-")
+        record = traced_run(box, trees[variant.name], f"{RUNS}/{config}-{name}", config,
+                            spec.train_args(feature=variant.feature, seed=seed), spec.wall_s)
+        row: dict[str, Any] = {"variant": variant.name, "kind": variant.kind, "config": config,
+                               "seed": seed, "oracle": oracle.get(variant.name),
+                               "run": run_summary(variant.name, seed, record),
+                               "collect_s": record["wall_s"]}
+        if record["outcome"] != "ok":
+            verdict: Verdict = ("program_hang" if record["outcome"] == "hang" else
+                                "program_crash" if record["outcome"] == "crash" else
+                                "diagnostic_failure")
+            rows.append(CalibrationRow(**row, check_outcome="not_run", verdict=verdict))
+            log(f"{config} {variant.name}: {verdict} ({record['cause']})")
+            continue
+        result = box.call(["check", "--trace", record["trace_dir"], "--invariants", invariants,
+                           "--out", f"{RUNS}/{config}-{name}-chk", "--wall-s",
+                           str(CHECK_WALL_S)], timeout_s=CHECK_WALL_S + 60)
+        row["check_s"] = result["wall_s"]
+        if result["outcome"] != "ok":
+            rows.append(CalibrationRow(**row, check_outcome=result["outcome"],
+                                       verdict="diagnostic_failure"))
+            log(f"{config} {variant.name}: checker {result['outcome']}")
+            continue
+        found = _violations(result)
+        beyond_control = [v for v in found if v.id not in control_ids]
+        if variant.kind == "reference":
+            matching = {v.id for v in found}
+        beyond_matching = ([v for v in beyond_control if v.id not in matching]
+                           if variant.kind == "fault" else beyond_control)
+        if variant.kind == "fault":
+            verdict = "detected" if beyond_matching else "not_detected"
+        else:
+            verdict = "false_alarm" if beyond_control else "clean"
+        if verdict == "detected" and len(record.get("ranks") or {}) > 1:
+            alone = box.call(["check-per-rank", "--trace", record["trace_dir"], "--invariants",
+                              invariants, "--out", f"{RUNS}/{config}-{name}-per-rank"],
+                             timeout_s=2 * CHECK_WALL_S + 60)
+            row["cross_rank_only"] = sorted({f"{v.rule} [{v.relation}]" for v in beyond_matching
+                                             if v.id not in set(alone["violated_ids"])})
+        rows.append(CalibrationRow(**row, check_outcome="ok", violations_total=len(found),
+                                   beyond_control=beyond_control,
+                                   beyond_matching=beyond_matching, verdict=verdict))
+        log(f"{config} {variant.name}: {verdict} ({len(found)} violations, "
+            f"{len(beyond_matching)} beyond control/matching; collect {record['wall_s']:.0f} s, "
+            f"check {result['wall_s']:.0f} s)")
+    healthy = next(r for r in rows if r.variant == "baseline")
+    ratio = (healthy.collect_s + healthy.check_s) / plain["wall_s"]
+    return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
+                             cost_ratio=round(ratio, 2))
+
+
+def summarise(configs: dict[str, ConfigCalibration],
+              unsupported: list[str]) -> CalibrationSummary:
+    detected: dict[str, list[str]] = {}
+    died: dict[str, list[str]] = {}
+    confirmed: set[str] = set()
+    false_alarms = controls = 0
+    for cal in configs.values():
+        for row in cal.rows:
+            if row.kind == "fault":
+                if row.oracle is not None and row.oracle.confirmed:
+                    confirmed.add(row.variant)
+                if row.verdict == "detected":
+                    detected.setdefault(row.variant, []).append(cal.config)
+                if row.verdict in ("program_crash", "program_hang"):
+                    died.setdefault(row.variant, []).append(cal.config)
+            else:
+                controls += 1
+                false_alarms += row.verdict == "false_alarm"
+    return CalibrationSummary(
+        faults_confirmed=len(confirmed),
+        faults_detected=len(set(detected) & confirmed),
+        detected=dict(sorted(detected.items())), program_failures=dict(sorted(died.items())),
+        false_alarms=false_alarms, controls=controls, unsupported_contracts=unsupported)
+
+
+def detections_by_contract(report: CalibrationReport) -> dict[str, list[str]]:
+    """Contract -> the rules that fired on confirmed faults whose oracle verdict fails it."""
+    rules: dict[str, set[str]] = {}
+    for cal in report.configs.values():
+        for row in cal.rows:
+            if row.verdict != "detected" or row.oracle is None or not row.oracle.confirmed:
+                continue
+            for contract in row.oracle.failing_contracts:
+                rules.setdefault(contract, set()).update(
+                    f"{v.rule} [{v.relation}] on {cal.config} ({row.variant})"
+                    for v in row.beyond_matching)
+    return {k: sorted(v) for k, v in rules.items()}
+
+
+def calibrate(files: TaskFiles, configs: list[str], *, command: str,
+              unsupported: list[str] | None = None,
+              client: docker.DockerClient | None = None,
+              log: Callable[[str], None] = print) -> CalibrationReport:
+    spec = files.packet.spec.diagnostics
+    assert spec is not None
+    client = client or images.docker_client()
+    manifest_path = files.reports / "reference" / "manifest.json"
+    results: dict[str, ConfigCalibration] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-calibrate-") as tmp:
+        variants = build_variants(files, Path(tmp), faults=True)
+        oracle = oracle_verdicts(files, variants)
+        for config in configs:
+            load_frozen(files, config)  # fail before starting anything if it is missing
+        for config in configs:
+            with DiagnosticsBox(client, f"{files.task}-{config}-cal") as box:
+                trees = {v.name: box.put_tree(v.name.replace(":", "-"), v.tree)
+                         for v in variants}
+                results[config] = calibrate_config(box, files, variants, trees, config,
+                                                   oracle, log)
+    return CalibrationReport(
+        task=files.task, command=command, seed=spec.seed + CALIBRATION_SEED_OFFSET,
+        reference_manifest_sha256=file_sha256(manifest_path), configs=results,
+        summary=summarise(results, unsupported or []))
+
+
+def render_markdown(report: CalibrationReport) -> str:
+    s = report.summary
+    lines = [f"# TrainCheck calibration (track 1): {report.task}", "",
+             f"Made by `{report.command}`; held-out seed {report.seed}; frozen reference "
+             f"manifest sha256 `{report.reference_manifest_sha256[:16]}`.", "",
+             "## Summary", "",
+             f"- faults detected by TrainCheck / oracle-confirmed faults: "
+             f"**{s.faults_detected} / {s.faults_confirmed}**"
+             + (f" ({', '.join(f'{k} on {v}' for k, v in s.detected.items())})"
+                if s.detected else ""),
+             f"- false alarms / healthy control runs (baseline and reference at the held-out "
+             f"seed, every configuration): **{s.false_alarms} / {s.controls}**",
+             "- runs where the faulty program itself crashed or hung (not a TrainCheck "
+             "detection): " + (", ".join(f"{k} on {v}" for k, v in s.program_failures.items())
+                               or "none"),
+             "- graded contracts with no TrainCheck support: "
+             + (", ".join(f"`{c}`" for c in s.unsupported_contracts) or "see capabilities.md"),
+             "",
+             "Cross-rank checking: a run's per-rank trace files (one per process, each record "
+             "tagged with `meta_vars.rank` and `meta_vars.step`) are checked as ONE trace "
+             "folder; TrainCheck merges them, and a cross-rank Consistency invariant (learned "
+             "with the precondition `meta_vars.rank` unequal, `var_name` consistent) pairs the "
+             "same logical parameter on different ranks at overlapping lifetimes. For each "
+             "detection on a two-rank run the table also says which rules a check of each "
+             "rank's trace on its own would miss.",
+             "", "## Cost of one diagnostic run (collect + check) vs the plain run", "",
+             "| configuration | plain s | collect s | check s | ratio |", "|---|---|---|---|---|"]
+    for name, cal in report.configs.items():
+        healthy = next(r for r in cal.rows if r.variant == "baseline")
+        lines.append(f"| {name} | {cal.plain_s:.1f} | {healthy.collect_s:.1f} | "
+                     f"{healthy.check_s:.1f} | {cal.cost_ratio:.1f}x |")
+    for name, cal in report.configs.items():
+        lines += ["", f"## {name}", "",
+                  "| variant | oracle (grader) | TrainCheck verdict | violations (total / beyond "
+                  "control and matching run) | violated rules | collect s | check s |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in cal.rows:
+            oracle = "-"
+            if row.oracle is not None:
+                oracle = (f"{row.oracle.verdict}" + (f", fails {len(row.oracle.failing_contracts)}"
+                                                     if row.oracle.failing_contracts else "")
+                          + ("" if row.oracle.confirmed else " (NOT confirmed)"))
+            elif row.kind == "fault":
+                oracle = "not in gold validation"
+            rules = "; ".join(sorted({f"{v.rule} [{v.relation}] (step {v.first_step}, ranks "
+                                      f"{v.ranks})" for v in row.beyond_matching}))[:400]
+            if row.run.outcome != "ok":
+                rules = f"run {row.run.outcome}: {row.run.cause}"[:400]
+            if row.cross_rank_only is not None:
+                rules += (" — found only by the cross-rank check (each rank's trace checked on "
+                          f"its own misses it): {'; '.join(row.cross_rank_only) or 'none'}")
+            lines.append(f"| {row.variant} | {oracle} | {row.verdict} | {row.violations_total} / "
+                         f"{len(row.beyond_matching)} | {rules or '-'} | {row.collect_s:.1f} | "
+                         f"{row.check_s:.1f} |")
+    return "\n".join(lines) + "\n"
