@@ -83,7 +83,10 @@ def _pick_model(optimizer):
 
 
 def _opt_pre(optimizer, args, kwargs):
-    if id(optimizer) in _models:
+    # A step before any forward is not a training step: loading a checkpoint into a fresh
+    # optimizer runs a zero-lr step() to create its state. The model is chosen, and steps are
+    # counted, from the first step that follows a forward pass.
+    if id(optimizer) in _models or not _roots:
         return
     _models[id(optimizer)] = _pick_model(optimizer)
     # Global module hooks are only needed to find the model; later code (export) runs plain.
@@ -94,7 +97,9 @@ def _opt_pre(optimizer, args, kwargs):
 def _opt_post(optimizer, args, kwargs):
     # One dump per parameter per step, after the update: the sampler's constructor dumps too,
     # so it is built here (a dump before the update would carry the same step number).
-    model = _models.get(id(optimizer))
+    if id(optimizer) not in _models:
+        return
+    model = _models[id(optimizer)]
     if model is not None:
         # TrainCheck pairs ranks' values by overlapping lifetimes (>1% overlap); ranks that
         # drift apart in time would pair step k with step k-1 and "violate" cross-rank

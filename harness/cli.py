@@ -19,6 +19,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Run, grade and audit agent sessions on PyTorch training tasks.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the harness images.")
 app.add_typer(images_app, name="images")
+traincheck_app = typer.Typer(no_args_is_help=True,
+                             help="TrainCheck's diagnostic capability on a task (issue 6).")
+app.add_typer(traincheck_app, name="traincheck")
 # Logs and CI are not terminals: give tables room instead of rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 300)
@@ -137,6 +140,146 @@ def cleanup(
         console.print(f"  interrupted {path}")
 
 
+ConfigOption = Annotated[list[str] | None,
+                        typer.Option("--config", help="CPU configuration (default: all)")]
+
+
+def _cpu_configs(configs: list[str] | None) -> list[str]:
+    from harness.traincheck.reference import CPU_CONFIGURATIONS
+
+    chosen = configs or list(CPU_CONFIGURATIONS)
+    for config in chosen:
+        if config not in CPU_CONFIGURATIONS:
+            raise HarnessError(f"unknown CPU configuration {config!r}",
+                               f"use one of {', '.join(CPU_CONFIGURATIONS)}")
+    return chosen
+
+
+@traincheck_app.command("reference")
+@clear_errors
+def traincheck_reference(task: Annotated[str, typer.Option(help="task id")],
+                         config: ConfigOption = None) -> None:
+    """Learn and freeze the reference invariants (once per study build)."""
+    from harness.traincheck.reference import build_reference
+    from harness.traincheck.variants import task_files
+
+    manifest = build_reference(task_files(task), _cpu_configs(config), log=_log)
+    for name, entry in manifest.configs.items():
+        console.print(f"{name:<12} learned {entry.n_learned:>5}  dropped {entry.n_dropped:>4}  "
+                      f"kept {entry.n_kept:>5}  control violations "
+                      f"{len(entry.control_violations)}")
+
+
+@traincheck_app.command("transparency")
+@clear_errors
+def traincheck_transparency(task: Annotated[str, typer.Option(help="task id")],
+                            config: ConfigOption = None) -> None:
+    """Plain vs traced healthy runs: outputs, state, RNG, exceptions, checkpoint resume."""
+    from harness.traincheck.transparency import (
+        PAIR_NAMES,
+        report_digest,
+        run_transparency,
+        status_cell,
+    )
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    configs = _cpu_configs(config)
+    command = "harness traincheck transparency --task " + task + "".join(
+        f" --config {c}" for c in config or [])
+    report = run_transparency(files, configs, command=command, log=_log)
+    digest = report_digest(report)
+    table = Table(title=f"TrainCheck transparency: {task} (vs the plain run)")
+    table.add_column("run")
+    table.add_column("aspect")
+    for name in digest:
+        table.add_column(name)
+    keys = list(dict.fromkeys(key for rows in digest.values() for key in rows))
+    for run, aspect in keys:
+        cells = []
+        for rows in digest.values():
+            row = rows.get((run, aspect))
+            cells.append("-" if row is None else status_cell(row).replace("**", ""))
+        table.add_row(PAIR_NAMES.get(run, run), aspect, *cells)
+    console.print(table)
+    for name, cfg in report.configs.items():
+        c = cfg.costs
+        console.print(f"{name:<12} plain {c.plain_s} s, traced {c.traced_s} s "
+                      f"(x{c.traced_over_plain}); container {c.container_s} s")
+    deviations = report.deviations
+    console.print(f"{len(deviations)} deviation(s); report in "
+                  f"{files.reports / 'transparency.md'}")
+    if deviations:
+        sys.exit(1)
+
+
+def _write_report(folder: Path, stem: str, model: Any, markdown: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.json").write_text(model.model_dump_json(indent=1) + "\n")
+    (folder / f"{stem}.md").write_text(markdown)
+    console.print(f"wrote {folder / (stem + '.md')} and .json")
+
+
+@traincheck_app.command("capabilities")
+@clear_errors
+def traincheck_capabilities(
+    task: Annotated[str, typer.Option(help="task id")],
+    config: ConfigOption = None,
+    reuse_probe: Annotated[bool, typer.Option(
+        help="keep the committed probe results; only redo the contract mapping")] = False,
+) -> None:
+    """Capability matrix from probe traces, and each contract's TrainCheck support."""
+    from harness.traincheck import capabilities as cap
+    from harness.traincheck.calibrate import CalibrationReport, detections_by_contract
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    out = files.reports / "capabilities.json"
+    if reuse_probe:
+        if not out.exists():
+            raise HarnessError(f"{out} does not exist", "run without --reuse-probe first")
+        previous = cap.CapabilityMatrix.model_validate_json(out.read_text())
+        version, probes = previous.traincheck_version, previous.probes
+    else:
+        version, probes = cap.probe(files, _cpu_configs(config), log=_log)
+    calibration = files.reports / "calibration.json"
+    detected = {}
+    if calibration.exists():
+        detected = detections_by_contract(
+            CalibrationReport.model_validate_json(calibration.read_text()))
+    stable, evidence = cap.stable_names(probes)
+    matrix = cap.CapabilityMatrix(
+        task=task, command=f"harness traincheck capabilities --task {task}",
+        traincheck_version=version, probes=probes, stable_names=stable,
+        stable_names_evidence=evidence, calibration_used=calibration.exists(),
+        contracts=cap.contract_coverage(files, probes, detected))
+    _write_report(files.reports, "capabilities", matrix, cap.render_markdown(matrix))
+
+
+@app.command()
+@clear_errors
+def calibrate(task: Annotated[str, typer.Option(help="task id")],
+              config: ConfigOption = None) -> None:
+    """Track 1: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
+    from harness.traincheck import calibrate as cal
+    from harness.traincheck.capabilities import CapabilityMatrix
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    unsupported: list[str] = []
+    matrix_path = files.reports / "capabilities.json"
+    if matrix_path.exists():
+        matrix = CapabilityMatrix.model_validate_json(matrix_path.read_text())
+        unsupported = [c.contract for c in matrix.contracts
+                       if c.status == "missing_instrumentation"]
+    report = cal.calibrate(files, _cpu_configs(config), command=f"harness calibrate --task {task}",
+                           unsupported=unsupported, log=_log)
+    _write_report(files.reports, "calibration", report, cal.render_markdown(report))
+    s = report.summary
+    console.print(f"faults detected {s.faults_detected}/{s.faults_confirmed}; false alarms "
+                  f"{s.false_alarms}/{s.controls}")
+
+
 @app.command()
 @clear_errors
 def validate(
@@ -145,9 +288,12 @@ def validate(
     hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
     report_dir: Annotated[Path, typer.Option(help="where the summary goes")] =
     REPO_ROOT / "reports" / "validation",
+    variant: Annotated[list[str] | None, typer.Option(
+        help="grade only these variants (e.g. fault:<id>), keep the others from the summary")]
+    = None,
 ) -> None:
     """Gold validation: reference passes, baseline and every fault fail exactly as documented."""
-    from harness.validate import render_markdown, validate_task
+    from harness.validate import ValidationReport, render_markdown, validate_task
 
     packet_dir = packet or REPO_ROOT / "task_packets" / task
     hidden_dir = hidden or REPO_ROOT / "hidden" / task
@@ -155,7 +301,14 @@ def validate(
         if not needed.is_file():
             raise HarnessError(f"task {task!r}: {needed} is missing",
                                "pass --packet/--hidden or add the task's files")
-    result = validate_task(task, packet_dir, hidden_dir, DEFAULT_RUNS / "validation", log=_log)
+    previous = None
+    if variant:
+        summary = report_dir / f"{task}.json"
+        if not summary.exists():
+            raise HarnessError(f"{summary} does not exist", "run a full validation first")
+        previous = ValidationReport.model_validate_json(summary.read_text())
+    result = validate_task(task, packet_dir, hidden_dir, DEFAULT_RUNS / "validation", log=_log,
+                           only=variant, previous=previous)
     table = Table(title=f"gold validation: {task}")
     table.add_column("contract")
     for variant in result.variants:
