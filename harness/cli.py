@@ -259,13 +259,25 @@ def traincheck_capabilities(
 @app.command()
 @clear_errors
 def calibrate(task: Annotated[str, typer.Option(help="task id")],
-              config: ConfigOption = None) -> None:
+              config: ConfigOption = None,
+              rejudge: Annotated[bool, typer.Option(
+                  help="re-derive the verdicts of the committed calibration, run nothing")]
+              = False) -> None:
     """Track 1: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
     from harness.traincheck import calibrate as cal
     from harness.traincheck.capabilities import CapabilityMatrix
     from harness.traincheck.variants import task_files
 
     files = task_files(task)
+    if rejudge:
+        path = files.reports / "calibration.json"
+        if not path.exists():
+            raise HarnessError(f"{path} does not exist", "run `harness calibrate` first")
+        report = cal.CalibrationReport.model_validate_json(path.read_text())
+        report.configs = {k: cal.judge(v) for k, v in report.configs.items()}
+        report.summary = cal.summarise(report.configs, report.summary.unsupported_contracts)
+        _write_report(files.reports, "calibration", report, cal.render_markdown(report))
+        return
     unsupported: list[str] = []
     matrix_path = files.reports / "capabilities.json"
     if matrix_path.exists():

@@ -8,7 +8,8 @@ reference was learned and its policy decided at the packet's seed):
   frozen invariants: any violation beyond the healthy control set is a false alarm;
 - a traced run of every calibration fault (reference + fault patch), checked the same way:
   the TrainCheck verdict counts violations beyond the control set AND beyond those of the
-  matching healthy run (the reference at the same seed), naming the violated rules.
+  matching healthy runs (the reference and the baseline at the same seed: a rule that fires
+  on healthy code there is noise, not a detection), naming the violated rules.
 
 The oracle verdict is the grader's, recorded by gold validation (``reports/validation``), and
 is tied to the fault patch by its hash. Held-out repair variants are never used here.
@@ -187,12 +188,28 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
                                    beyond_control=beyond_control,
                                    beyond_matching=beyond_matching, verdict=verdict))
         log(f"{config} {variant.name}: {verdict} ({len(found)} violations, "
-            f"{len(beyond_matching)} beyond control/matching; collect {record['wall_s']:.0f} s, "
+            f"{len(beyond_matching)} beyond control/reference; collect {record['wall_s']:.0f} s, "
             f"check {result['wall_s']:.0f} s)")
     healthy = next(r for r in rows if r.variant == "baseline")
     ratio = (healthy.collect_s + healthy.check_s) / plain["wall_s"]
-    return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
-                             cost_ratio=round(ratio, 2))
+    return judge(ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
+                                   cost_ratio=round(ratio, 2)))
+
+
+def judge(cal: ConfigCalibration) -> ConfigCalibration:
+    """Fault verdicts: violations beyond the control set and beyond every violation of the
+    healthy runs (baseline and reference) of the same configuration and seed."""
+    healthy = {v.id for r in cal.rows if r.kind != "fault" for v in r.beyond_control}
+    for row in cal.rows:
+        if row.kind != "fault" or row.check_outcome != "ok":
+            continue
+        row.beyond_matching = [v for v in row.beyond_control if v.id not in healthy]
+        row.verdict = "detected" if row.beyond_matching else "not_detected"
+        if row.cross_rank_only is not None:
+            kept = {f"{v.rule} [{v.relation}]" for v in row.beyond_matching}
+            row.cross_rank_only = ([r for r in row.cross_rank_only if r in kept]
+                                   if row.verdict == "detected" else None)
+    return cal
 
 
 def summarise(configs: dict[str, ConfigCalibration],
@@ -294,7 +311,7 @@ def render_markdown(report: CalibrationReport) -> str:
     for name, cal in report.configs.items():
         lines += ["", f"## {name}", "",
                   "| variant | oracle (grader) | TrainCheck verdict | violations (total / beyond "
-                  "control and matching run) | violated rules | collect s | check s |",
+                  "control and healthy runs) | violated rules | collect s | check s |",
                   "|---|---|---|---|---|---|---|"]
         for row in cal.rows:
             oracle = "-"
