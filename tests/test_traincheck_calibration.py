@@ -79,3 +79,29 @@ def test_calibration_track_on_the_fixture_task(tmp_path: Path) -> None:
     resume = "hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"
     if resume not in detections_by_contract(report):
         assert statuses[resume] == "missing_instrumentation"  # file contents are never traced
+
+
+def test_a_rule_that_fires_on_healthy_code_is_not_a_detection() -> None:
+    from harness.traincheck.calibrate import CalibrationRow, ConfigCalibration, judge
+    from harness.traincheck.reference import RunSummary, Violation
+
+    def violation(vid: str) -> Violation:
+        return Violation(id=vid, relation="R", rule=f"rule {vid}", first_step=0, ranks=[0, 1])
+
+    def row(name: str, kind: str, ids: list[str]) -> CalibrationRow:
+        found = [violation(i) for i in ids]
+        return CalibrationRow(
+            variant=name, kind=kind, config="gloo-ddp-2", seed=1, oracle=None,
+            run=RunSummary(variant=name, config="gloo-ddp-2", seed=1, traced=True,
+                           outcome="ok", wall_s=1.0),
+            check_outcome="ok", beyond_control=found, beyond_matching=found,
+            verdict="detected" if kind == "fault" and ids else "clean", collect_s=1.0,
+            cross_rank_only=[f"rule {i} [R]" for i in ids] if kind == "fault" else None)
+
+    cal = judge(ConfigCalibration(config="gloo-ddp-2", plain_s=1.0, cost_ratio=2.0, rows=[
+        row("baseline", "baseline", ["noise"]), row("reference", "reference", []),
+        row("fault:a", "fault", ["noise"]), row("fault:b", "fault", ["noise", "real"])]))
+    verdicts = {r.variant: (r.verdict, [v.id for v in r.beyond_matching], r.cross_rank_only)
+                for r in cal.rows}
+    assert verdicts["fault:a"] == ("not_detected", [], None)
+    assert verdicts["fault:b"] == ("detected", ["real"], ["rule real [R]"])
