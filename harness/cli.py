@@ -230,7 +230,11 @@ def traincheck_capabilities(
 ) -> None:
     """Capability matrix from probe traces, and each contract's TrainCheck support."""
     from harness.traincheck import capabilities as cap
-    from harness.traincheck.calibrate import CalibrationReport, detections_by_contract
+    from harness.traincheck.calibrate import (
+        CalibrationReport,
+        detections_by_contract,
+        fault_coverage,
+    )
     from harness.traincheck.variants import task_files
 
     files = task_files(task)
@@ -243,16 +247,16 @@ def traincheck_capabilities(
     else:
         version, probes = cap.probe(files, _cpu_configs(config), log=_log)
     calibration = files.reports / "calibration.json"
-    detected = {}
+    detected, faults = {}, {}
     if calibration.exists():
-        detected = detections_by_contract(
-            CalibrationReport.model_validate_json(calibration.read_text()))
+        calibrated = CalibrationReport.model_validate_json(calibration.read_text())
+        detected, faults = detections_by_contract(calibrated), fault_coverage(calibrated)
     stable, evidence = cap.stable_names(probes)
     matrix = cap.CapabilityMatrix(
         task=task, command=f"harness traincheck capabilities --task {task}",
         traincheck_version=version, probes=probes, stable_names=stable,
         stable_names_evidence=evidence, calibration_used=calibration.exists(),
-        contracts=cap.contract_coverage(files, probes, detected))
+        contracts=cap.contract_coverage(files, probes, detected, faults))
     _write_report(files.reports, "capabilities", matrix, cap.render_markdown(matrix))
 
 

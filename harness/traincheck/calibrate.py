@@ -251,6 +251,21 @@ def detections_by_contract(report: CalibrationReport) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in rules.items()}
 
 
+def fault_coverage(report: CalibrationReport) -> dict[str, tuple[list[str], list[str]]]:
+    """Contract -> (confirmed faults that break it and were detected, all that break it)."""
+    detected: dict[str, set[str]] = {}
+    breaking: dict[str, set[str]] = {}
+    for cal in report.configs.values():
+        for row in cal.rows:
+            if row.kind != "fault" or row.oracle is None or not row.oracle.confirmed:
+                continue
+            for contract in row.oracle.failing_contracts:
+                breaking.setdefault(contract, set()).add(row.variant)
+                if row.verdict == "detected":
+                    detected.setdefault(contract, set()).add(row.variant)
+    return {c: (sorted(detected.get(c, set())), sorted(f)) for c, f in breaking.items()}
+
+
 def calibrate(files: TaskFiles, configs: list[str], *, command: str,
               unsupported: list[str] | None = None,
               client: docker.DockerClient | None = None,

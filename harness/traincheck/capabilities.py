@@ -102,8 +102,11 @@ def _contract_configs(files: TaskFiles) -> dict[str, list[str]]:
 
 
 def contract_coverage(files: TaskFiles, probes: dict[str, ConfigProbe],
-                      detected_rules: dict[str, list[str]]) -> list[ContractCoverage]:
-    """``detected_rules``: contract -> rules of calibration detections of faults breaking it."""
+                      detected_rules: dict[str, list[str]],
+                      faults: dict[str, tuple[list[str], list[str]]] | None = None,
+                      ) -> list[ContractCoverage]:
+    """``detected_rules``: contract -> rules of calibration detections of faults breaking it;
+    ``faults``: contract -> (detected, all) confirmed calibration faults that break it."""
     needs = load_needs(files)
     rows = []
     for contract, configs in _contract_configs(files).items():
@@ -126,7 +129,11 @@ def contract_coverage(files: TaskFiles, probes: dict[str, ConfigProbe],
                                 reason="")
         if contract in detected_rules:
             base.status, base.rules = "supported_by_learned_rule", detected_rules[contract]
-            base.reason = "a calibration fault that breaks it was detected"
+            found, breaking = (faults or {}).get(contract, ([], []))
+            base.reason = (f"{len(found)} of {len(breaking)} calibration faults that break it "
+                           f"detected ({', '.join(found)}"
+                           + (f"; missed {', '.join(sorted(set(breaking) - set(found)))}"
+                              if set(breaking) - set(found) else "") + ")")
         elif missing:
             base.status, base.reason = "missing_instrumentation", "; ".join(missing)
         elif not need.needs:
