@@ -143,8 +143,8 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         raise HarnessError(f"{config}: the plain baseline run failed ({plain['cause']})",
                            "a healthy baseline must run before calibration")
     rows: list[CalibrationRow] = []
-    matching: set[str] = set()
-    for variant in variants:  # baseline, reference, then faults: the reference sets `matching`
+    healthy: set[str] = set()  # what the healthy runs violate beyond the control set
+    for variant in variants:  # baseline and reference come first, then the faults
         name = variant.name.replace(":", "-")
         record = traced_run(box, trees[variant.name], f"{RUNS}/{config}-{name}", config,
                             spec.train_args(feature=variant.feature, seed=seed), spec.wall_s)
@@ -170,13 +170,12 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             continue
         found = _violations(result)
         beyond_control = [v for v in found if v.id not in control_ids]
-        if variant.kind == "reference":
-            matching = {v.id for v in found}
-        beyond_matching = ([v for v in beyond_control if v.id not in matching]
-                           if variant.kind == "fault" else beyond_control)
         if variant.kind == "fault":
+            beyond_matching = _beyond(beyond_control, healthy)
             verdict = "detected" if beyond_matching else "not_detected"
         else:
+            healthy |= {v.id for v in beyond_control}
+            beyond_matching = beyond_control
             verdict = "false_alarm" if beyond_control else "clean"
         if verdict == "detected" and len(record.get("ranks") or {}) > 1:
             alone = box.call(["check-per-rank", "--trace", record["trace_dir"], "--invariants",
@@ -188,22 +187,27 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
                                    beyond_control=beyond_control,
                                    beyond_matching=beyond_matching, verdict=verdict))
         log(f"{config} {variant.name}: {verdict} ({len(found)} violations, "
-            f"{len(beyond_matching)} beyond control/reference; collect {record['wall_s']:.0f} s, "
-            f"check {result['wall_s']:.0f} s)")
-    healthy = next(r for r in rows if r.variant == "baseline")
-    ratio = (healthy.collect_s + healthy.check_s) / plain["wall_s"]
-    return judge(ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
-                                   cost_ratio=round(ratio, 2)))
+            f"{len(beyond_matching)} beyond control/healthy runs; collect "
+            f"{record['wall_s']:.0f} s, check {result['wall_s']:.0f} s)")
+    baseline = next(r for r in rows if r.variant == "baseline")
+    ratio = (baseline.collect_s + baseline.check_s) / plain["wall_s"]
+    return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
+                             cost_ratio=round(ratio, 2))
+
+
+def _beyond(violations: list[Violation], healthy: set[str]) -> list[Violation]:
+    return [v for v in violations if v.id not in healthy]
 
 
 def judge(cal: ConfigCalibration) -> ConfigCalibration:
-    """Fault verdicts: violations beyond the control set and beyond every violation of the
+    """Re-derive fault verdicts from recorded rows (``calibrate --rejudge``), with the rule the
+    run applies: violations beyond the control set and beyond every violation of the
     healthy runs (baseline and reference) of the same configuration and seed."""
     healthy = {v.id for r in cal.rows if r.kind != "fault" for v in r.beyond_control}
     for row in cal.rows:
         if row.kind != "fault" or row.check_outcome != "ok":
             continue
-        row.beyond_matching = [v for v in row.beyond_control if v.id not in healthy]
+        row.beyond_matching = _beyond(row.beyond_control, healthy)
         row.verdict = "detected" if row.beyond_matching else "not_detected"
         if row.cross_rank_only is not None:
             kept = {f"{v.rule} [{v.relation}]" for v in row.beyond_matching}

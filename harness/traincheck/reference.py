@@ -267,7 +267,8 @@ def build_reference(files: TaskFiles, configs: list[str], *,
 class FrozenFiles(BaseModel):
     """The files the treatment tool uploads for one configuration, hash-checked."""
 
-    invariants: bytes
+    invariants: bytes  # uncompressed JSON lines, what the runner reads
+    invariants_gz: bytes  # the frozen file itself (its hash is the manifest's)
     control: bytes
 
 
@@ -283,11 +284,13 @@ def load_frozen(files: TaskFiles, config: str) -> tuple[ReferenceManifest, Froze
                            f"build it with `harness traincheck reference --task {files.task} "
                            f"--config {config}`")
     entry = manifest.configs[config]
+    read = {}
     for name, sha in ((entry.invariants_file, entry.invariants_sha256),
                       (entry.control_file, entry.control_sha256)):
-        if file_sha256(dest / name) != sha:
+        read[name] = (dest / name).read_bytes()  # hashed as read: no second read to race
+        if hashlib.sha256(read[name]).hexdigest() != sha:
             raise HarnessError(f"{dest / name} does not match its hash in the manifest",
                                "rebuild the reference; frozen files must not be edited")
-    return manifest, FrozenFiles(invariants=gzip.decompress((dest / entry.invariants_file)
-                                                            .read_bytes()),
-                                 control=(dest / entry.control_file).read_bytes())
+    gz = read[entry.invariants_file]
+    return manifest, FrozenFiles(invariants=gzip.decompress(gz), invariants_gz=gz,
+                                 control=read[entry.control_file])
