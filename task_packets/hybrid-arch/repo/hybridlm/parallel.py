@@ -84,6 +84,9 @@ def setup(config_name: str) -> DistContext:
 
 def teardown(ctx: DistContext) -> None:
     if ctx.distributed and dist.is_initialized():
+        # Leave together: a rank that destroys its group and exits while a peer still works
+        # (rank 0 writing the final state) sometimes aborts in gloo's shutdown (SIGABRT).
+        dist.barrier()
         dist.destroy_process_group()
 
 
