@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -241,17 +241,25 @@ def summarise(configs: dict[str, ConfigCalibration],
         false_alarms=false_alarms, controls=controls, unsupported_contracts=unsupported)
 
 
+def _broken_contracts(
+    report: CalibrationReport,
+) -> Iterator[tuple[str, ConfigCalibration, CalibrationRow]]:
+    """(contract, configuration, row) for each contract an oracle-confirmed fault breaks."""
+    for cal in report.configs.values():
+        for row in cal.rows:
+            if row.kind == "fault" and row.oracle is not None and row.oracle.confirmed:
+                for contract in row.oracle.failing_contracts:
+                    yield contract, cal, row
+
+
 def detections_by_contract(report: CalibrationReport) -> dict[str, list[str]]:
     """Contract -> the rules that fired on confirmed faults whose oracle verdict fails it."""
     rules: dict[str, set[str]] = {}
-    for cal in report.configs.values():
-        for row in cal.rows:
-            if row.verdict != "detected" or row.oracle is None or not row.oracle.confirmed:
-                continue
-            for contract in row.oracle.failing_contracts:
-                rules.setdefault(contract, set()).update(
-                    f"{v.rule} [{v.relation}] on {cal.config} ({row.variant})"
-                    for v in row.beyond_matching)
+    for contract, cal, row in _broken_contracts(report):
+        if row.verdict == "detected":
+            rules.setdefault(contract, set()).update(
+                f"{v.rule} [{v.relation}] on {cal.config} ({row.variant})"
+                for v in row.beyond_matching)
     return {k: sorted(v) for k, v in rules.items()}
 
 
@@ -259,14 +267,10 @@ def fault_coverage(report: CalibrationReport) -> dict[str, tuple[list[str], list
     """Contract -> (confirmed faults that break it and were detected, all that break it)."""
     detected: dict[str, set[str]] = {}
     breaking: dict[str, set[str]] = {}
-    for cal in report.configs.values():
-        for row in cal.rows:
-            if row.kind != "fault" or row.oracle is None or not row.oracle.confirmed:
-                continue
-            for contract in row.oracle.failing_contracts:
-                breaking.setdefault(contract, set()).add(row.variant)
-                if row.verdict == "detected":
-                    detected.setdefault(contract, set()).add(row.variant)
+    for contract, _cal, row in _broken_contracts(report):
+        breaking.setdefault(contract, set()).add(row.variant)
+        if row.verdict == "detected":
+            detected.setdefault(contract, set()).add(row.variant)
     return {c: (sorted(detected.get(c, set())), sorted(f)) for c, f in breaking.items()}
 
 
