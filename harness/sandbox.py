@@ -145,8 +145,14 @@ class Sandbox:
         gpu_ids: list[str] | None = None,
         name_hint: str = "session",
         environment: dict[str, str] | None = None,
+        user: str = AGENT_USER,
+        cap_add: tuple[str, ...] = (),
     ) -> None:
         self.client = client
+        # The user PID 1 (and every exec that names no user) runs as, and the capabilities
+        # it keeps; every other capability is dropped.
+        self.user = user
+        self.cap_add = tuple(cap_add)
         self.image = image
         self.limits = limits or SandboxLimits()
         self.gpu_ids = list(gpu_ids or [])
@@ -174,10 +180,11 @@ class Sandbox:
             "name": self.name,
             "hostname": "sandbox",
             "labels": self.labels,
-            "user": AGENT_USER,
+            "user": self.user,
             "working_dir": WORKSPACE,
             "network_mode": "none",
             "cap_drop": ["ALL"],
+            "cap_add": list(self.cap_add),
             "security_opt": ["no-new-privileges"],
             "read_only": True,
             "pids_limit": lim.pids,
