@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
+from grading import sealed
 from grading.grade import GradeOptions, GraderError, grade, write_report
 from grading.packet import load_packet_spec
 
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="scratch folder (must be new or empty; kept); default: a temp folder, removed",
+    )
+    p.add_argument(
+        "--expect-hidden-sha256",
+        default=None,
+        help="refuse to grade unless --hidden has this digest (the host always sends it)",
     )
     p.add_argument(
         "--hidden-timeout-s",
@@ -83,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
+        sealed.candidate()
+    except sealed.SealError as exc:
+        print(f"grading: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
         packet = load_packet_spec(args.packet)
     except ValueError as exc:
         print(f"grading: error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -102,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         work=work.resolve(),
         hidden_timeout_s=args.hidden_timeout_s,
         hidden_test_timeout_s=args.hidden_test_timeout_s,
+        expect_hidden_sha256=args.expect_hidden_sha256,
     )
     try:
         report = grade(opts)
         path = write_report(report, opts.out)
-    except GraderError as exc:
+    except (GraderError, sealed.SealError) as exc:
         print(f"grading: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:

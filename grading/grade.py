@@ -2,14 +2,21 @@
 
 The flow, and why each step is there:
 
+0. The judge (this process, root) checks the hidden tree against the digest the host sent.
+   Candidate code never runs as the judge: see ``grading.sealed``.
 1. The diff is applied to a copy of the pristine baseline with ``git apply --binary`` (atomic:
    all or nothing). A diff that does not apply is a result (``diff_rejected``), not an error.
 2. Every path the agent may not change (``protected_paths``, and everything outside
    ``editable_paths``) is put back from the baseline; files added there are removed. The agent
    cannot make a contract pass by editing the tests, adding a ``conftest.py`` or a
-   ``sitecustomize.py``.
-3. Contracts run on fresh copies of that graded tree, so one contract's leftovers cannot
-   influence another: the public test command first, then the hidden checks with pytest.
+   ``sitecustomize.py``. This restore is the last write to the graded tree: it is then made
+   root-owned and read-only to the candidate uid, its digest is taken, and the digest is checked
+   again before and after the hidden run.
+3. The public test command runs as the candidate on its own copy of the graded tree; then the
+   hidden checks run in the judge's pytest, which never imports candidate code: training runs
+   and probes (``grading.probe``) run as the candidate, their outputs are read as data.
+4. Before the verdict is written every candidate process is killed, and the hidden tree's
+   digest is checked again.
 
 Hidden checks run in one pytest process when all goes well. When that process hangs or dies,
 the test it was in gets ``hang``/``crash``, and the tests it never reached run again in a new
@@ -38,16 +45,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from grading import sealed
+from grading.judge_plugin import FLAGS_VAR
 from grading.models import (
     ContractResult,
     DiffInfo,
     GradeReport,
     Outcome,
     RestoreInfo,
+    SealInfo,
     count_outcomes,
     verdict_for,
 )
 from grading.packet import CUDA_CONFIGURATIONS, PacketSpec
+from grading.probe import PROBES_VAR
 from grading.run import RunResult, Watchdog, run_command, signal_name
 
 PUBLIC_CONTRACT_ID = "public-tests"
@@ -94,6 +105,58 @@ class GradeOptions:
     hidden_timeout_s: float = 1800.0
     # No hidden test may run longer than this (measured as "no test finished for this long").
     hidden_test_timeout_s: float = 300.0
+    # The hidden tree's digest as the host computed it; grading refuses any other tree.
+    expect_hidden_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Folders under ``--work``, by who may touch them.
+
+    ``judge/`` (0700): the judge's home, temp, git directory and flags; nothing of it is
+    reachable by the candidate uid. ``trees/`` (root-owned, read-only to the candidate): the
+    graded tree, the pristine baseline, the task's probes. ``area/`` (0711): job folders the
+    candidate writes in, one per run (``grading.sealed.job_dir``).
+    """
+
+    work: Path
+
+    @property
+    def judge(self) -> Path:
+        return self.work / "judge"
+
+    @property
+    def trees(self) -> Path:
+        return self.work / "trees"
+
+    @property
+    def graded(self) -> Path:
+        return self.trees / "graded"
+
+    @property
+    def baseline(self) -> Path:
+        return self.trees / "baseline"
+
+    @property
+    def probes(self) -> Path:
+        return self.trees / "probes"
+
+    @property
+    def area(self) -> Path:
+        return self.work / "area"
+
+    @property
+    def flags(self) -> Path:
+        return self.judge / "flags"
+
+    def make(self) -> None:
+        os.chmod(self.work, 0o711)
+        for sub in ("home", "tmp", "cwd"):
+            (self.judge / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.judge, 0o700)
+        self.trees.mkdir(exist_ok=True)
+        os.chmod(self.trees, 0o755)
+        sealed.make_area(self.area)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,15 +359,20 @@ def apply_diff(tree: Path, patch: Path, work: Path) -> str | None:
 # Running contracts
 
 
-def child_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of every graded command: small, explicit, the same on every grade."""
+def child_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every graded command: small, explicit, the same on every grade.
+
+    HOME and TMPDIR are the judge's; a candidate command gets its own (``run_command``).
+    """
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     # `python` in a packet's commands must be the interpreter the grader runs on (torch etc.).
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', DEFAULT_PATH)}"
     env.setdefault("LANG", "C.UTF-8")
-    env["HOME"] = str(work / "home")
-    # Temp files (pytest's tmp_path included) land in the work dir and go away with it.
-    env["TMPDIR"] = str(work / "tmp")
+    env["HOME"] = str(layout.judge / "home")
+    # The judge's temp files (pytest's tmp_path included) stay in its own closed folder.
+    env["TMPDIR"] = str(layout.judge / "tmp")
+    env[sealed.CANDIDATE_UID_VAR] = str(sealed.candidate().uid)
+    env[sealed.CANDIDATE_AREA_VAR] = str(layout.area)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONHASHSEED"] = "0"
@@ -360,15 +428,17 @@ def _public_statement(spec: PacketSpec) -> str:
     )
 
 
-def run_public_tests(opts: GradeOptions, tree: Path) -> ContractResult:
+def run_public_tests(opts: GradeOptions, layout: Layout) -> ContractResult:
     spec = opts.packet
-    run_dir = opts.work / "public"
-    copy_tree(tree, run_dir / "repo")
+    # The candidate's own copy: the public command may write where it runs.
+    repo = sealed.job_dir("public-tests") / "repo"
+    copy_tree(layout.graded, repo)
+    sealed.hand_over(repo)
     log_rel = f"{LOG_DIR}/public-tests.log"
     res = run_command(
         spec.public_test_command,
-        cwd=run_dir / "repo",
-        env=child_env(opts.work),
+        cwd=repo,
+        env=child_env(layout),
         timeout_s=spec.public_test_timeout_s,
         log_path=opts.out / log_rel,
     )
@@ -511,25 +581,25 @@ class _LogProgress:
 
 
 class _HiddenRunner:
-    def __init__(self, opts: GradeOptions, tree: Path) -> None:
+    def __init__(self, opts: GradeOptions, layout: Layout) -> None:
         self.opts = opts
+        self.layout = layout
         self.checks = (opts.hidden / "checks").resolve()
-        self.run_dir = opts.work / "hidden-run"
-        self.repo = self.run_dir / "repo"
-        copy_tree(tree, self.repo)
-        copy_tree(opts.baseline, self.run_dir / "baseline", skip_top=frozenset({".git"}))
+        # The judge's pytest starts in an empty folder of its own: with ``python -m`` the
+        # working folder is on sys.path, and it must not be the candidate's tree.
+        self.cwd = layout.judge / "cwd"
         # Our own (empty) ini file: no pytest.ini, tox.ini, setup.cfg or pyproject.toml from
         # the graded tree or its parents can add options or plugins.
-        self.ini = self.run_dir / "pytest.ini"
+        self.ini = layout.judge / "pytest.ini"
         self.ini.write_text("[pytest]\n")
         self.env = child_env(
-            opts.work,
+            layout,
             {
-                "GRADING_WORKDIR": str(self.repo),
-                "GRADING_BASELINE": str(self.run_dir / "baseline"),
-                "PYTHONPATH": str(self.repo),
-                # Plugins installed in the image, or advertised by a *.dist-info in the graded
-                # tree (which is on sys.path), must not change how checks run.
+                "GRADING_WORKDIR": str(layout.graded),
+                "GRADING_BASELINE": str(layout.baseline),
+                PROBES_VAR: str(layout.probes),
+                FLAGS_VAR: str(layout.flags),
+                # Plugins installed in the image must not change how checks run.
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             },
         )
@@ -554,6 +624,7 @@ class _HiddenRunner:
             "-o", "addopts=",
             "-o", "console_output_style=classic",
             "--continue-on-collection-errors",
+            "-p", "grading.judge_plugin",
         ]  # fmt: skip
         if collect_only:
             argv.append("--collect-only")
@@ -563,7 +634,7 @@ class _HiddenRunner:
 
     def _nodeid(self, printed_path: str, rest: str) -> str:
         """Node id relative to the checks folder from a path pytest printed relative to cwd."""
-        for base in (self.repo, self.checks):
+        for base in (self.cwd, self.checks):
             candidate = Path(os.path.normpath(base / printed_path))
             if candidate.is_file():
                 try:
@@ -688,11 +759,13 @@ class _HiddenRunner:
         log_rel = f"{LOG_DIR}/hidden-checks.collect.log"
         res = run_command(
             self._argv(Path(), [str(self.checks)], collect_only=True),
-            cwd=self.repo,
+            cwd=self.cwd,
             env=self.env,
             timeout_s=min(120.0, max(1.0, self.remaining())),
             log_path=self.opts.out / log_rel,
+            as_candidate=False,
         )
+        sealed.reap()
         if res.timed_out or res.signal is not None or res.exit_code not in (0, 1):
             return None
         ids = []
@@ -754,13 +827,16 @@ class _HiddenRunner:
         watchdog: Watchdog = _ProgressWatchdog(log_path, self.opts.hidden_test_timeout_s)
         res = run_command(
             self._argv(junit, targets),
-            cwd=self.repo,
+            cwd=self.cwd,
             env=self.env,
             timeout_s=self.remaining(),
             log_path=log_path,
             watchdog=watchdog,
+            as_candidate=False,
         )
+        # A judge killed mid-check leaves the candidate job it was waiting for: kill it now.
         run_ev = _run_evidence(res)
+        run_ev["candidate_processes_killed"] = sealed.reap()
         run_ev["round"] = round_no
         if not res.timed_out and res.signal is None:
             cases = self._from_junit(junit, log_rel)
@@ -827,8 +903,8 @@ def _describe(res: RunResult) -> str:
     return f"exit code {res.exit_code}"
 
 
-def run_hidden_checks(opts: GradeOptions, tree: Path) -> list[ContractResult]:
-    return _HiddenRunner(opts, tree).run()
+def run_hidden_checks(opts: GradeOptions, layout: Layout) -> list[ContractResult]:
+    return _HiddenRunner(opts, layout).run()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -862,22 +938,35 @@ def unavailable_configurations(packet: PacketSpec) -> dict[str, str]:
     return {c: f"needs 2 GPUs with NCCL; this grader has {gpus}" for c in cuda}
 
 
+def _expect_same(what: str, path: Path, expected: str | None) -> str:
+    """The tree's digest, refusing to go on when it is not the one expected."""
+    got = tree_sha256(path)
+    if expected is not None and got != expected:
+        raise GraderError(f"{what} changed: digest {got[:16]}, expected {expected[:16]}; "
+                          "the grade would not be of the inputs sent")
+    return got
+
+
 def grade(opts: GradeOptions) -> GradeReport:
     """Grade one submission and return the report (the caller writes it)."""
     started, t0 = _now(), time.monotonic()
+    who = sealed.candidate()
+    hidden_sha = _expect_same("the hidden tree", opts.hidden, opts.expect_hidden_sha256)
     checks = opts.hidden / "checks"
     patch = opts.diff.read_bytes()
     canary_file = opts.hidden / "CANARY"
     canary = canary_file.read_text().strip().encode() if canary_file.is_file() else b""
-    for sub in ("home", "tmp"):
-        (opts.work / sub).mkdir(parents=True, exist_ok=True)
+    layout = Layout(opts.work)
+    layout.make()
+    os.environ[sealed.CANDIDATE_AREA_VAR] = str(layout.area)
     (opts.out / LOG_DIR).mkdir(parents=True, exist_ok=True)
 
-    tree = opts.work / "graded"
+    tree = layout.graded
     copy_tree(opts.baseline, tree, skip_top=frozenset({".git"}))
     empty = not patch.strip()
-    apply_error = None if empty else apply_diff(tree, opts.diff.resolve(), opts.work)
+    apply_error = None if empty else apply_diff(tree, opts.diff.resolve(), layout.judge)
     restore = RestoreInfo()
+    graded_sha: str | None = None
     contracts: list[ContractResult]
     if apply_error is not None:
         reason = "the diff does not apply to the baseline"
@@ -903,9 +992,20 @@ def grade(opts: GradeOptions) -> GradeReport:
         ]
     else:
         restore = restore_locked_paths(tree, opts.baseline, opts.packet)
-        contracts = [run_public_tests(opts, tree)]
+        # The restore was the last write: from here the tree is the judge's, read-only to the
+        # candidate, and any change to it is a broken seal.
+        copy_tree(opts.baseline, layout.baseline, skip_top=frozenset({".git"}))
+        if (opts.hidden / "probes").is_dir():
+            copy_tree(opts.hidden / "probes", layout.probes)
+        for readable in (tree, layout.baseline, layout.probes):
+            readable.mkdir(exist_ok=True)
+            sealed.make_readable_tree(readable)
+        sealed.check_reachable(tree)
+        graded_sha = tree_sha256(tree)
+        contracts = [run_public_tests(opts, layout)]
         if checks.is_dir():
-            contracts += run_hidden_checks(opts, tree)
+            _expect_same("the graded tree", tree, graded_sha)
+            contracts += run_hidden_checks(opts, layout)
         else:
             # A task whose oracle is not written yet is graded as such, never as complete.
             contracts.append(ContractResult(
@@ -913,6 +1013,12 @@ def grade(opts: GradeOptions) -> GradeReport:
                 statement="the task's hidden contract checks",
                 outcome="not_run", reason="this task has no hidden checks yet (no checks/)",
             ))
+        _expect_same("the graded tree", tree, graded_sha)
+    # Nothing the candidate started may outlive the verdict, and the judge must be untouched.
+    killed = sealed.reap()
+    _expect_same("the hidden tree", opts.hidden, hidden_sha)
+    if layout.flags.exists():
+        raise GraderError(f"grader defect: {_read_text(layout.flags).splitlines()[0]}")
 
     return GradeReport(
         submission_id=opts.submission_id,
@@ -934,7 +1040,10 @@ def grade(opts: GradeOptions) -> GradeReport:
         duration_s=round(time.monotonic() - t0, 3),
         grader_source_sha256=grader_source_sha256(),
         baseline_tree_sha256=tree_sha256(opts.baseline),
-        hidden_tree_sha256=tree_sha256(opts.hidden),
+        hidden_tree_sha256=hidden_sha,
+        graded_tree_sha256=graded_sha,
+        seal=SealInfo(judge_uid=os.geteuid(), candidate_uid=who.uid,
+                      candidate_processes_killed_at_end=killed),
         python_version=platform.python_version(),
         torch_version=_torch_version(),
         configurations_not_run=unavailable_configurations(opts.packet),

@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from grading import sealed
 from grading.run import RunResult, run_command, signal_name
 
 LaunchOutcome = Literal["ok", "crash", "hang"]
@@ -89,8 +90,10 @@ def launch(
             "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
         }
+        # The ranks run side by side: one rank ending must not reap its peers.
         result = run_command(list(argv), cwd, rank_env, timeout_s + grace_s + 30,
-                             log_dir / f"rank{rank}.log", watchdog=watchdog)
+                             log_dir / f"rank{rank}.log", watchdog=watchdog,
+                             reap_candidate=False)
         results[rank] = result
         if not result.timed_out and result.exit_code != 0:
             with lock:
@@ -101,13 +104,17 @@ def launch(
         thread.start()
     for thread in threads:
         thread.join()
+    # Whatever a rank left behind (however detached) dies before anyone reads its outputs.
+    sealed.reap()
 
     ranks = []
     for rank, res in enumerate(results):
         assert res is not None
         missing = []
         if expected_outputs is not None and res.exit_code == 0 and not res.timed_out:
-            missing = [str(p) for p in expected_outputs(rank) if not p.exists()]
+            # A link is not an output: the job's folder is sealed later and links go.
+            missing = [str(p) for p in expected_outputs(rank)
+                       if not p.is_file() or p.is_symlink()]
         ranks.append(RankResult(
             rank=rank, exit_code=res.exit_code,
             signal=signal_name(res.signal) if res.signal else None,

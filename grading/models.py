@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GRADE_SCHEMA_VERSION = 1
+GRADE_SCHEMA_VERSION = 2
 GRADER_VERSION = "0.1.0"
 
 Outcome = Literal["pass", "fail", "crash", "hang", "not_run", "diff_rejected"]
@@ -66,6 +66,18 @@ class RestoreInfo(BaseModel):
     removed: list[str] = Field(default_factory=list)
 
 
+class SealInfo(BaseModel):
+    """How the judge was kept apart from the judged (``grading.sealed``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    judge_uid: int
+    # Every process that ran candidate code ran as this uid.
+    candidate_uid: int
+    # Candidate processes still alive when the checks were done, killed before the verdict.
+    candidate_processes_killed_at_end: int = 0
+
+
 class GradeReport(BaseModel):
     """``grade.json``. It never carries the agent's arm: the grader is not told it."""
 
@@ -89,6 +101,10 @@ class GradeReport(BaseModel):
     # Content hashes of the inputs actually graded against (see grade.tree_sha256).
     baseline_tree_sha256: str
     hidden_tree_sha256: str
+    # The graded tree after the restore (None when the diff did not apply); checked unchanged
+    # after the public tests and after the hidden run.
+    graded_tree_sha256: str | None = None
+    seal: SealInfo
     python_version: str
     torch_version: str | None
     # Declared configurations this grader could not run (e.g. CUDA on a CPU machine), with

@@ -1,18 +1,19 @@
 """Run one graded command under a hard timeout, and leave no process of it behind.
 
-Candidate code is untrusted in the mundane sense: it may hang, fork, daemonise or print
-gigabytes. Every command therefore runs in its own session (so one ``killpg`` reaches the
-whole tree), carries a per-run marker in its environment (so children that escaped the
-process group with ``setsid`` are still found through ``/proc/*/environ``), and writes its
-output through a pipe whose reader caps the log size. A process that both leaves the session
-and clears its environment escapes both nets; grading containers are removed after each grade,
-which is the final backstop.
+Candidate code is untrusted: it may hang, fork, daemonise, print gigabytes, or try to reach
+its own verdict. Every command therefore runs in its own session (so one ``killpg`` reaches
+the whole tree), carries a per-run marker in its environment (so children that escaped the
+process group with ``setsid`` are found through ``/proc/*/environ``), and writes its output
+through a pipe whose reader caps the log size. Candidate commands (the default) also run as
+the candidate uid (``grading.sealed``): when such a command ends, every process of that uid is
+killed, which catches what leaves the session *and* clears its environment.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,6 +22,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from grading import sealed
 
 MARKER_VAR = "GRADING_RUN_ID"
 DEFAULT_MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -50,6 +53,8 @@ class RunResult:
     # and killed by the sweep; and those the sweep could not kill.
     stragglers_killed: int = 0
     survivors: int = 0
+    # Candidate-uid processes killed after the run (anything it left, however detached).
+    candidate_processes_killed: int = 0
 
 
 def marked_pids(run_id: str) -> list[int]:
@@ -165,15 +170,27 @@ def run_command(
     *,
     watchdog: Watchdog | None = None,
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+    as_candidate: bool = True,
+    reap_candidate: bool = True,
 ) -> RunResult:
     """Run ``cmd`` (argv, or a string for ``/bin/sh -c``) with stdout+stderr to ``log_path``.
 
     Whatever happens, no process of the run is alive when this returns: the process group is
     SIGKILLed and marked processes are swept both after a timeout and after a normal exit.
+    ``as_candidate`` (the default) runs it as the candidate uid; only the judge's own commands
+    pass False. ``reap_candidate=False`` leaves other candidate processes alone: a launcher
+    whose ranks run side by side reaps once, after the last rank.
     """
+    identity = sealed.popen_identity() if as_candidate else {}
     run_id = str(uuid.uuid4())
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     child_env = dict(env)
+    scratch = None
+    if as_candidate:
+        # Its own home and temp folder: the judge's are closed to it, and a shared one would
+        # let one run leave files for the next.
+        scratch = sealed.job_dir("scratch")
+        child_env["HOME"] = child_env["TMPDIR"] = str(scratch)
     # One thread each: results must not depend on the grading machine's core count, and two
     # CPUs shared by several processes oversubscribe quickly.
     child_env["OMP_NUM_THREADS"] = "1"
@@ -196,6 +213,7 @@ def run_command(
             stderr=write_fd,
             start_new_session=True,
             close_fds=True,
+            **identity,  # type: ignore[arg-type]
         )
     except BaseException:
         os.close(read_fd)
@@ -231,6 +249,9 @@ def run_command(
             _killpg(proc.pid)
             _sweep(run_id)
         proc.wait()
+        reaped = sealed.reap() if as_candidate and reap_candidate else 0
+        if scratch is not None and reap_candidate:
+            shutil.rmtree(scratch, ignore_errors=True)
         pump.stop.set()
         pump.join(timeout=5)
         os.close(read_fd)
@@ -248,6 +269,7 @@ def run_command(
         log_truncated=pump.truncated,
         stragglers_killed=killed,
         survivors=survivors,
+        candidate_processes_killed=reaped,
     )
     with open(log_path, "ab") as fh:
         if timed_out:

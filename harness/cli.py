@@ -90,12 +90,14 @@ def grade_cmd(
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
 ) -> None:
     """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
-    from harness.grade import grade_attempt
+    from harness.grade import GRADER_ERROR, grade_attempt
     from harness.records import resolve_attempt
 
     attempt = resolve_attempt(session_ref, runs)
-    grade_attempt(attempt, log=_log)
+    summary = grade_attempt(attempt, log=_log)
     _print_sessions([attempt])
+    if summary.verdict == GRADER_ERROR:
+        raise typer.Exit(1)
 
 
 @app.command()

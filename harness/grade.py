@@ -1,49 +1,86 @@
 """Host side of grading: run the grader image on baseline + diff + hidden, collect grade.json.
 
 The grader container gets exactly four inputs: the pristine baseline, the packet's public
-``packet.yaml``, the diff and ``hidden/<task>``. It runs with no network, as a non-root
-user, with the sandbox's limits, under a wall limit. It is told an opaque submission id,
-never the arm, the session name or the transcript. Each grading writes a new numbered
-folder under the attempt, so re-grading never overwrites an earlier verdict.
+``packet.yaml``, the diff and ``hidden/<task>``, all root-owned and closed to the candidate
+uid inside (``grading/sealed.py``). It runs with no network, read-only root and the sandbox's
+limits, its judge as root with only the capabilities it needs to run candidate code as another
+uid and to kill it. It is told an opaque submission id, never the arm, the session name or the
+transcript. Each grading writes a new numbered folder under the attempt, so re-grading never
+overwrites an earlier verdict.
+
+The host trusts nothing the container returns but one bounded regular file, ``grade.json``,
+read from the archive stream (no path on the host is ever followed), validated, and bound to
+this submission: its submission id, task, diff digest, baseline and hidden-tree digests and
+grader-code digest must be the ones the host sent and expects. The logs come back as inert
+evidence (regular files only, capped); anything holding the hidden canary is refused. A grader
+that exits non-zero, is killed or times out is a ``grader_error``, whatever it left behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
+import tempfile
 import uuid
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
 
 import docker
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from grading.models import GradeReport
+from grading.grade import grader_source_sha256, tree_sha256
+from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness import images, records
 from harness.errors import HarnessError
-from harness.sandbox import Sandbox
+from harness.sandbox import Sandbox, SandboxLimits
 from harness.transcript import utc_timestamp
-from harness.workspace import extract_tree
 
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
+WORK_DIR = "/workspace/work"
+JUDGE_USER = "0:0"
+# What the judge keeps of root's powers: make and hand over the candidate's folders (CHOWN,
+# FOWNER), read what the candidate wrote (DAC_OVERRIDE), start processes as the candidate
+# uid (SETUID, SETGID) and kill every one of them (KILL). Everything else is dropped, and
+# no-new-privileges holds for the candidate.
+JUDGE_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID")
+GRADE_JSON_MAX_BYTES = 16 * 1024**2
+OUTPUT_MAX_BYTES = 256 * 1024**2
+GRADER_ERROR = "grader_error"
 
 
-def tar_inputs(entries: dict[str, Path]) -> bytes:
-    """One tar of the grader's inputs, owned by uid 1000 (symlinks stay links)."""
+class GraderFailed(HarnessError):
+    """The grader produced no grade the host can trust; ``reason`` says why, in one line."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(f"grader error: {reason}", fix)
+        self.reason = reason
+
+
+def tar_inputs(entries: dict[str, Path], *, uid: int = 0) -> bytes:
+    """One tar of the grader's inputs, owned by ``uid`` (symlinks stay links)."""
     buf = io.BytesIO()
 
     def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 1000
-        info.uname = info.gname = "agent"
+        info.uid = info.gid = uid
+        info.uname = info.gname = ""
         return info
 
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, path in entries.items():
             tar.add(path, arcname=name, filter=owned)
     return buf.getvalue()
+
+
+def grader_sandbox(client: docker.DockerClient, image: str, *, labels: dict[str, str],
+                   name_hint: str = "grade", limits: SandboxLimits | None = None) -> Sandbox:
+    """A grader container: the judge as root with ``JUDGE_CAPABILITIES``, nothing else."""
+    return Sandbox(client, image, labels=labels, name_hint=name_hint,
+                   limits=limits or SandboxLimits(pids=1024), user=JUDGE_USER,
+                   cap_add=JUDGE_CAPABILITIES)
 
 
 class GraderInputs(BaseModel):
@@ -55,6 +92,111 @@ class GraderInputs(BaseModel):
     diff: Path
 
 
+class Expected(BaseModel):
+    """What a trustworthy ``grade.json`` for this submission must say about its inputs."""
+
+    submission_id: str
+    task_id: str
+    diff_sha256: str
+    baseline_tree_sha256: str
+    hidden_tree_sha256: str
+    grader_source_sha256: str
+
+
+def _canaries(hidden: Path) -> list[bytes]:
+    canary = hidden / "CANARY"
+    return [canary.read_text().strip().encode()] if canary.is_file() else []
+
+
+def _spool(chunks: Iterable[bytes], cap: int) -> tempfile.SpooledTemporaryFile[bytes]:
+    spool: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(8 * 1024**2)
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > cap:
+            spool.close()
+            raise GraderFailed(f"the grader's output is over {cap} bytes",
+                               "see the grader's log; a grader writes a few MB at most")
+        spool.write(chunk)
+    spool.seek(0)
+    return spool
+
+
+def read_grader_output(chunks: Iterable[bytes], dest: Path, *, canaries: list[bytes]
+                       ) -> bytes:
+    """Read the archive of the grader's output folder; return ``grade.json``'s bytes.
+
+    Only regular files and folders inside the folder are taken; links, devices and anything
+    else are dropped and listed in ``dest/refused.txt``. Files land in ``dest`` (new), which is
+    only written, never read back or followed. A canary anywhere refuses the whole output.
+    """
+    dest.mkdir()
+    grade_json: bytes | None = None
+    refused: list[str] = []
+    with _spool(chunks, OUTPUT_MAX_BYTES) as spool, tarfile.open(fileobj=spool, mode="r:") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            if not parts or parts[0] != "out" or any(p in ("..", "/", "") for p in parts):
+                refused.append(f"{member.name} (outside the output folder)")
+                continue
+            rel = parts[1:]
+            if member.isdir():
+                if rel:
+                    dest.joinpath(*rel).mkdir(parents=True, exist_ok=True)
+                continue
+            if not member.isreg() or not rel:
+                refused.append(f"{member.name} (not a regular file: type {member.type!r})")
+                continue
+            fh = tar.extractfile(member)
+            data = fh.read() if fh is not None else b""
+            hit = next((c for c in canaries if c in data), None)
+            if hit is not None:
+                raise GraderFailed(f"the grader's output file {'/'.join(rel)} holds the hidden "
+                                   "canary", "hidden material must never leave the grader")
+            if rel == ("grade.json",):
+                if member.size > GRADE_JSON_MAX_BYTES:
+                    raise GraderFailed(f"grade.json is {member.size} bytes, over the "
+                                       f"{GRADE_JSON_MAX_BYTES} cap", "see the grader's log")
+                grade_json = data
+            target = dest.joinpath(*rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # "xb": a fresh file; a name the archive repeats cannot overwrite the first copy.
+            with open(target, "xb") as out:
+                out.write(data)
+    if refused:
+        (dest / "refused.txt").write_text("\n".join(refused) + "\n")
+    if grade_json is None:
+        raise GraderFailed("the grader left no regular grade.json", "see the grader's log")
+    return grade_json
+
+
+def bind_report(raw: bytes, expected: Expected) -> GradeReport:
+    """Parse ``grade.json`` and check that it is this submission's grade, of these inputs."""
+    try:
+        report = GradeReport.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise GraderFailed(f"grade.json is not a valid grade ({where}: {first['msg']})",
+                           "see the grader's log") from None
+    if report.schema_version != GRADE_SCHEMA_VERSION:
+        raise GraderFailed(f"grade.json has schema version {report.schema_version}, expected "
+                           f"{GRADE_SCHEMA_VERSION}", "rebuild the images: harness images build")
+    got = {"submission_id": report.submission_id, "task_id": report.task_id,
+           "diff_sha256": report.diff.sha256,
+           "baseline_tree_sha256": report.baseline_tree_sha256,
+           "hidden_tree_sha256": report.hidden_tree_sha256,
+           "grader_source_sha256": report.grader_source_sha256}
+    for key, want in expected.model_dump().items():
+        if got[key] != want:
+            fix = ("rebuild the images (harness images build): the grader image is not this "
+                   "checkout's grading code" if key == "grader_source_sha256"
+                   else "the grade is not of this submission; re-grade it")
+            raise GraderFailed(f"grade.json's {key} is {str(got[key])[:24]!r}, expected "
+                               f"{want[:24]!r}", fix)
+    return report
+
+
 def grade_diff(
     inputs: GraderInputs,
     out_dir: Path,
@@ -64,45 +206,63 @@ def grade_diff(
 ) -> GradeReport:
     """Grade one diff in a fresh grader container; ``out_dir`` (new, empty) gets the results.
 
-    The wall limit is the packet's declared ``grade_timeout_s`` unless one is given.
+    The wall limit is the packet's declared ``grade_timeout_s`` unless one is given. Raises
+    ``GraderFailed`` when no trustworthy grade came back (the caller records a grader error).
     """
     for needed in (inputs.hidden, inputs.packet_yaml, inputs.baseline, inputs.diff):
         if not needed.exists():
             raise HarnessError(f"grading input {needed} is missing", "restore it and re-grade")
+    packet = load_packet_spec(inputs.packet_yaml)
     if timeout_s is None:
-        timeout_s = load_packet_spec(inputs.packet_yaml).grade_timeout_s
+        timeout_s = packet.grade_timeout_s
     grader_id = images.image_id(client, "grader")
     submission_id = uuid.uuid4().hex  # opaque: says nothing about arm, pair or session
-    sandbox = Sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
-                      labels={"org.harness.role": "grader",
-                              "org.harness.submission": submission_id})
-    with sandbox:
-        sandbox.exec(["mkdir", "-p", INPUT_DIR, OUTPUT_DIR, "/workspace/work"], timeout_s=30)
-        sandbox.put_archive(INPUT_DIR, tar_inputs({
-            "baseline": inputs.baseline, "packet.yaml": inputs.packet_yaml,
-            "submission.diff": inputs.diff, "hidden": inputs.hidden,
-        }))
-        result = sandbox.exec(
-            ["python", "-m", "grading", "--baseline", f"{INPUT_DIR}/baseline",
-             "--packet", f"{INPUT_DIR}/packet.yaml", "--diff", f"{INPUT_DIR}/submission.diff",
-             "--hidden", f"{INPUT_DIR}/hidden", "--out", OUTPUT_DIR,
-             "--work", "/workspace/work/repo", "--submission-id", submission_id],
-            timeout_s=timeout_s, artifact=out_dir / "grader-output.log",
-        )
-        extract_tree(sandbox.get_archive(OUTPUT_DIR), out_dir / "out", strip_prefix="out",
-                     max_bytes=256 * 1024**2)
-    grade_json = out_dir / "out" / "grade.json"
-    if result.timed_out or not grade_json.is_file():
-        why = "timed out" if result.timed_out else f"exited {result.exit_code} without grade.json"
-        raise HarnessError(f"the grader {why} (inputs: {inputs.diff})",
-                           f"see {out_dir / 'grader-output.log'}")
-    (out_dir / "grader.json").write_text(json.dumps({
-        "grader_image_id": grader_id, "submission_id": submission_id,
-        "graded_at": utc_timestamp(), "exit_code": result.exit_code,
-        "duration_s": result.duration_s,
-    }, indent=1) + "\n")
-    records.write_manifest(out_dir)
-    return GradeReport.model_validate_json(grade_json.read_text())
+    expected = Expected(
+        submission_id=submission_id, task_id=packet.id,
+        diff_sha256=hashlib.sha256(inputs.diff.read_bytes()).hexdigest(),
+        baseline_tree_sha256=tree_sha256(inputs.baseline),
+        hidden_tree_sha256=tree_sha256(inputs.hidden),
+        grader_source_sha256=grader_source_sha256(),
+    )
+    record = {"grader_image_id": grader_id, "submission_id": submission_id,
+              "graded_at": utc_timestamp(), "expected": expected.model_dump()}
+    try:
+        with grader_sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
+                            labels={"org.harness.role": "grader",
+                                    "org.harness.submission": submission_id}) as sandbox:
+            # Root-owned and 0700: the candidate uid inside never reads inputs or outputs.
+            sandbox.exec(["sh", "-c", f"mkdir -p {INPUT_DIR} {OUTPUT_DIR} {WORK_DIR} && "
+                          f"chmod 700 {INPUT_DIR} {OUTPUT_DIR} && chmod 711 {WORK_DIR}"],
+                         timeout_s=30, user=JUDGE_USER)
+            sandbox.put_archive(INPUT_DIR, tar_inputs({
+                "baseline": inputs.baseline, "packet.yaml": inputs.packet_yaml,
+                "submission.diff": inputs.diff, "hidden": inputs.hidden,
+            }))
+            result = sandbox.exec(
+                ["python", "-m", "grading", "--baseline", f"{INPUT_DIR}/baseline",
+                 "--packet", f"{INPUT_DIR}/packet.yaml", "--diff", f"{INPUT_DIR}/submission.diff",
+                 "--hidden", f"{INPUT_DIR}/hidden", "--out", OUTPUT_DIR,
+                 "--work", f"{WORK_DIR}/grade", "--submission-id", submission_id,
+                 "--expect-hidden-sha256", expected.hidden_tree_sha256],
+                timeout_s=timeout_s, artifact=out_dir / "grader-output.log", user=JUDGE_USER,
+            )
+            record.update(exit_code=result.exit_code, timed_out=result.timed_out,
+                          duration_s=result.duration_s)
+            if result.timed_out or result.exit_code != 0:
+                why = (f"timed out after {timeout_s:g} s" if result.timed_out
+                       else f"exited with code {result.exit_code}")
+                raise GraderFailed(f"the grader {why}; its output is not used",
+                                   f"see {out_dir / 'grader-output.log'}")
+            raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
+                                     canaries=_canaries(inputs.hidden))
+        report = bind_report(raw, expected)
+    except GraderFailed as exc:
+        record["error"] = exc.reason
+        raise
+    finally:
+        (out_dir / "grader.json").write_text(json.dumps(record, indent=1) + "\n")
+        records.write_manifest(out_dir)
+    return report
 
 
 def grade_attempt(
@@ -111,8 +271,12 @@ def grade_attempt(
     client: docker.DockerClient | None = None,
     timeout_s: float | None = None,
     log: Callable[[str], None] = print,
-) -> GradeReport:
-    """Grade a session's diff; each grading gets a new ``grades/grade-N`` folder."""
+) -> records.GradeSummary:
+    """Grade a session's diff; each grading gets a new ``grades/grade-N`` folder.
+
+    A grader that fails is recorded as a ``grader_error`` grade with its reason, never as a
+    verdict.
+    """
     record = records.read_record(attempt_dir)
     diff_path = attempt_dir / "submission.diff"
     if not diff_path.is_file():
@@ -123,15 +287,21 @@ def grade_attempt(
                           hidden=Path(record.hidden_dir), diff=diff_path)
     client = client or images.docker_client()
     out_dir = records.new_numbered_dir(attempt_dir / "grades", "grade")
+    folder = str(out_dir.relative_to(attempt_dir))
     log(f"grading {record.session_id} in a fresh grader container")
-    report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
-    record.grades.append(records.GradeSummary(
-        verdict=report.verdict, folder=str(out_dir.relative_to(attempt_dir)),
-        counts=report.counts, configurations_not_run=report.configurations_not_run,
-    ))
+    try:
+        report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
+        summary = records.GradeSummary(
+            verdict=report.verdict, folder=folder, counts=report.counts,
+            configurations_not_run=report.configurations_not_run)
+        log(f"grade: {report.verdict} "
+            + ", ".join(f"{k}={v}" for k, v in report.counts.items()))
+        for name, why in report.configurations_not_run.items():
+            log(f"not run: {name} ({why})")
+    except GraderFailed as exc:
+        summary = records.GradeSummary(verdict=GRADER_ERROR, folder=folder, reason=exc.reason)
+        log(f"grade: {GRADER_ERROR}: {exc.reason}")
+    record.grades.append(summary)
     records.write_record(attempt_dir, record)
     records.write_manifest(attempt_dir)  # the record changed: the index must match it again
-    log(f"grade: {report.verdict} " + ", ".join(f"{k}={v}" for k, v in report.counts.items()))
-    for name, why in report.configurations_not_run.items():
-        log(f"not run: {name} ({why})")
-    return report
+    return summary

@@ -32,11 +32,14 @@ class DiffSummary(BaseModel):
 
 
 class GradeSummary(BaseModel):
+    # The grader's verdict, or "grader_error" when no trustworthy grade came back.
     verdict: str
     folder: str
     counts: dict[str, int] = Field(default_factory=dict)
     # Declared configurations the grader could not run, with why (never counted as passed).
     configurations_not_run: dict[str, str] = Field(default_factory=dict)
+    # Why a grader_error is one.
+    reason: str | None = None
 
 
 class SessionRecord(BaseModel):

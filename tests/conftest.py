@@ -15,6 +15,8 @@ from harness.images import REPO_ROOT
 from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, Sandbox, SandboxLimits
 
 TEST_LABEL = "org.harness.test"
+# tests/grader/ runs inside the grader image (tests/test_grader_image.py), where grading runs.
+collect_ignore = ["grader"]
 
 
 @pytest.fixture(scope="session")

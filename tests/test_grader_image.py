@@ -1,8 +1,9 @@
 """The grading package's own tests, run where grading really runs: in the grader image.
 
-The host's test environment has no torch, so ``tests/test_grading.py`` skips its torch
-cases there; here they all run (reference patch, baseline, faults that hang or crash) in
-the grader container, with no network, as uid 1000.
+``tests/grader/`` runs only here: in the grader container, with no network, as root with the
+judge's capabilities, so the grader can run candidate code as the image's candidate uid
+(reference patch, baseline, faults that hang or crash, and the forgeries of
+``tests/grader/test_seal.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 import docker
 
 from harness import images
+from harness.grade import JUDGE_USER, grader_sandbox
 from harness.images import REPO_ROOT
-from harness.sandbox import Sandbox, SandboxLimits
 from tests.conftest import TEST_LABEL
 
 
@@ -39,17 +40,19 @@ def test_grading_suite_passes_inside_the_grader_image(
     client: docker.DockerClient, tmp_path: Path
 ) -> None:
     grader = images.image_id(client, "grader")
-    with Sandbox(client, grader, labels={TEST_LABEL: "1"}, name_hint="grader-suite",
-                 limits=SandboxLimits(pids=1024)) as box:
+    with grader_sandbox(client, grader, labels={TEST_LABEL: "1"},
+                        name_hint="grader-suite") as box:
         box.put_archive("/workspace", _tree_tar([
-            "tests/test_grading.py", "tests/test_launch.py", "tests/fixtures",
-            "hidden/tiny-regression",
+            "tests/grader", "tests/fixtures", "hidden/tiny-regression",
         ]))
+        # The judge's own permissions, as grading really runs: root with JUDGE_CAPABILITIES,
+        # candidate code as the image's candidate uid.
         result = box.exec(
-            ["python", "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider",
-             "-o", "addopts=", "-c", "/dev/null", "--rootdir", "/workspace/repo",
-             "/workspace/repo/tests/test_grading.py", "/workspace/repo/tests/test_launch.py"],
-            timeout_s=1200, workdir="/workspace/repo", artifact=tmp_path / "suite.log",
+            ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+             "-c", "/dev/null", "--rootdir", "/workspace/repo",
+             "--confcutdir", "/workspace/repo/tests/grader", "/workspace/repo/tests/grader"],
+            timeout_s=1500, workdir="/workspace/repo", artifact=tmp_path / "suite.log",
+            user=JUDGE_USER,
         )
     summary = result.output.strip().splitlines()[-1]
     assert result.exit_code == 0, result.output[-3000:]

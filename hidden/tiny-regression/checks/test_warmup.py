@@ -3,12 +3,13 @@
 HARNESS-CANARY-cb4cf97d-ab89-49ac-b08e-dffff2484716
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
-The grader runs these with the candidate tree in GRADING_WORKDIR (also on PYTHONPATH) and a
-pristine copy of the baseline in GRADING_BASELINE. Expected values are computed here, from the
-task statement, not taken from the candidate: the learning rate of step s (0-based) under warmup
-N is lr * min(1, (s + 1) / N), and the parameter trajectory is recomputed with a hand-written
-SGD-with-momentum loop. Candidate code is imported inside test bodies, so a broken candidate
-fails each check instead of breaking collection.
+These run in the judge's pytest, which never imports candidate code: the candidate's API is
+called through ``probes/warmup_probe.py`` in a sealed process (``grading.probe``), and its CLI
+runs as the candidate uid in a job folder; results come back as data. Expected values are
+computed here, from the task statement, not taken from the candidate: the learning rate of
+step s (0-based) under warmup N is lr * min(1, (s + 1) / N), and the parameter trajectory is
+recomputed with a hand-written SGD-with-momentum loop over the pristine baseline's model, data
+and sampler (GRADING_BASELINE, root-owned: trusted code, never the candidate's).
 """
 
 # HARNESS-CANARY-cb4cf97d-ab89-49ac-b08e-dffff2484716
@@ -18,14 +19,17 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
+
+from grading import probe, sealed
+from grading.run import run_command
 
 LR = 0.05
 MOMENTUM = 0.9  # the baseline's SGD momentum, unchanged by the task
@@ -34,17 +38,24 @@ MOMENTUM = 0.9  # the baseline's SGD momentum, unchanged by the task
 PARAM_ATOL = 1e-6
 LR_TOL = 1e-12
 SUBPROCESS_TIMEOUT_S = 120
+PROBE = "warmup_probe"
 
 
 def workdir() -> Path:
     return Path(os.environ["GRADING_WORKDIR"])
 
 
-def candidate() -> ModuleType:
-    """The candidate's tinytrain package, imported from GRADING_WORKDIR."""
-    root = str(workdir())
-    if root not in sys.path:
-        sys.path.insert(0, root)
+def baseline_dir() -> Path | None:
+    value = os.environ.get("GRADING_BASELINE")
+    return Path(value) if value else None
+
+
+def pristine() -> ModuleType:
+    """The pristine baseline's tinytrain package (the judge's own read-only copy)."""
+    root = baseline_dir()
+    assert root is not None, "GRADING_BASELINE is not set"
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     return importlib.import_module("tinytrain")
 
 
@@ -58,7 +69,7 @@ def reference_run(steps: int, warmup: int, lr: float = LR, seed: int = 0) -> dic
     Uses only the baseline's model, data and sampler (which the task does not touch), and the
     same RNG order as the baseline trainer: seed, data, model init, then dropout draws.
     """
-    tt = candidate()
+    tt = pristine()
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     x, y = tt.make_dataset(256, 8, seed=seed)
@@ -83,8 +94,25 @@ def reference_run(steps: int, warmup: int, lr: float = LR, seed: int = 0) -> dic
     return {"state": model.state_dict(), "losses": losses}
 
 
-def config(**kwargs: Any) -> Any:
-    return candidate().TrainConfig(**kwargs)
+def train(**config: Any) -> dict[str, Any]:
+    """The candidate's ``train(TrainConfig(**config))``: its history and final state."""
+    return probe.call(PROBE, "train", **config)
+
+
+def cli_run(name: str, root: Path, args: list[str]) -> Path:
+    """``python train.py ARGS --out OUT`` as the candidate uid on ``root``; the sealed OUT."""
+    job = sealed.job_dir(name)
+    log = Path(tempfile.mkdtemp(prefix=f"{name}-")) / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = str(root)
+    res = run_command([sys.executable, "train.py", *args, "--out", str(job / "out")],
+                      cwd=root, env=env, timeout_s=SUBPROCESS_TIMEOUT_S, log_path=log)
+    sealed.seal(job)
+    if res.timed_out:
+        raise probe.CandidateRunFailed("hang", f"{name} run still running after "
+                                       f"{SUBPROCESS_TIMEOUT_S} s\n{log.read_text()[-2000:]}")
+    assert res.exit_code == 0, f"{name} run failed:\n{log.read_text()[-3000:]}"
+    return job / "out"
 
 
 def assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -96,8 +124,8 @@ def assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
 @pytest.mark.parametrize(("warmup", "steps"), [(1, 4), (5, 12)])
 def test_lr_follows_linear_warmup(warmup: int, steps: int, record_property: Any) -> None:
     """Under --warmup-steps N the LR of step s is lr * min(1, (s + 1) / N), within 1e-12."""
-    result = candidate().train(config(steps=steps, lr=LR, warmup_steps=warmup))
-    got = [h["lr"] for h in result.history]
+    result = train(steps=steps, lr=LR, warmup_steps=warmup)
+    got = [h["lr"] for h in result["history"]]
     want = [expected_lr(s, LR, warmup) for s in range(steps)]
     assert len(got) == steps
     worst = max(abs(g - w) for g, w in zip(got, want, strict=True))
@@ -107,84 +135,55 @@ def test_lr_follows_linear_warmup(warmup: int, steps: int, record_property: Any)
 
 def test_training_matches_independent_reference(record_property: Any) -> None:
     """A 10-step run with warmup 4 matches a hand-written SGD loop with the ramp (atol 1e-6)."""
-    result = candidate().train(config(steps=10, lr=LR, warmup_steps=4))
+    result = train(steps=10, lr=LR, warmup_steps=4)
     ref = reference_run(steps=10, warmup=4)
-    got = result.model.state_dict()
+    got = result["state"]
     worst = max((got[k] - ref["state"][k]).abs().max().item() for k in ref["state"])
     record_property("max_abs_param_diff", worst)
     assert worst <= PARAM_ATOL
-    losses = [h["loss"] for h in result.history]
+    losses = [h["loss"] for h in result["history"]]
     assert losses == pytest.approx(ref["losses"], rel=1e-5, abs=1e-7)
 
 
-def test_warmup_zero_is_bitwise_baseline(tmp_path: Path) -> None:
+def test_warmup_zero_is_bitwise_baseline() -> None:
     """--warmup-steps 0 gives bit-for-bit the pristine baseline's run (CLI, 8 steps)."""
-    baseline = os.environ.get("GRADING_BASELINE")
-    if not baseline:
+    baseline = baseline_dir()
+    if baseline is None:
         pytest.skip("GRADING_BASELINE is not set: no pristine baseline to compare with")
-    runs = {
-        "baseline": (Path(baseline), []),
-        "candidate": (workdir(), ["--warmup-steps", "0"]),
-    }
-    procs = {}
-    for name, (root, extra) in runs.items():
-        argv = [sys.executable, "train.py", "--steps", "8", "--out", str(tmp_path / name), *extra]
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        procs[name] = subprocess.Popen(
-            argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
-        assert proc.returncode == 0, f"{name} run failed:\n{out}"
-    states = {
-        name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["model"]
-        for name in runs
-    }
+    outs = {"baseline": cli_run("baseline", baseline, ["--steps", "8"]),
+            "candidate": cli_run("candidate", workdir(), ["--steps", "8", "--warmup-steps", "0"])}
+    states = {name: torch.load(out / "checkpoint.pt", weights_only=True)["model"]
+              for name, out in outs.items()}
     assert_same_params(states["baseline"], states["candidate"])
-    metrics = {name: (tmp_path / name / "metrics.jsonl").read_text() for name in runs}
+    metrics = {name: (out / "metrics.jsonl").read_text() for name, out in outs.items()}
     assert metrics["candidate"] == metrics["baseline"]
 
 
 def test_default_config_is_baseline_behaviour() -> None:
     """Not passing warmup_steps equals warmup_steps=0 bitwise and matches the constant-LR loop."""
-    default = candidate().train(config(steps=6))
-    zero = candidate().train(config(steps=6, warmup_steps=0))
-    assert_same_params(default.model.state_dict(), zero.model.state_dict())
-    assert [h["lr"] for h in zero.history] == [LR] * 6
+    runs = probe.call(PROBE, "default_and_zero", steps=6)
+    default, zero = runs["default"], runs["zero"]
+    assert_same_params(default["state"], zero["state"])
+    assert [h["lr"] for h in zero["history"]] == [LR] * 6
     ref = reference_run(steps=6, warmup=0)
-    got = zero.model.state_dict()
+    got = zero["state"]
     assert max((got[k] - ref["state"][k]).abs().max().item() for k in got) <= PARAM_ATOL
 
 
-def test_resume_mid_warmup_equals_uninterrupted(tmp_path: Path) -> None:
+def test_resume_mid_warmup_equals_uninterrupted() -> None:
     """Stopping at step 3 of a 6-step warmup and resuming gives the uninterrupted run, bitwise."""
-    full = candidate().train(config(steps=10, warmup_steps=6, out=tmp_path / "full"))
-    candidate().train(config(steps=3, warmup_steps=6, out=tmp_path / "first"))
-    resumed = candidate().train(
-        config(
-            steps=10,
-            warmup_steps=6,
-            out=tmp_path / "second",
-            resume=tmp_path / "first" / "checkpoint.pt",
-        )
-    )
-    assert [h["step"] for h in resumed.history] == list(range(3, 10))
-    assert [h["lr"] for h in resumed.history] == [h["lr"] for h in full.history[3:]]
-    for h in resumed.history:
+    runs = probe.call(PROBE, "resume_mid_warmup", steps=10, warmup=6, stop_at=3)
+    full, resumed = runs["full"], runs["resumed"]
+    assert [h["step"] for h in resumed["history"]] == list(range(3, 10))
+    assert [h["lr"] for h in resumed["history"]] == [h["lr"] for h in full["history"][3:]]
+    for h in resumed["history"]:
         assert abs(h["lr"] - expected_lr(int(h["step"]), LR, 6)) <= LR_TOL
-    assert_same_params(full.model.state_dict(), resumed.model.state_dict())
+    assert_same_params(full["state"], resumed["state"])
 
 
-def test_cli_warmup_flag(tmp_path: Path) -> None:
+def test_cli_warmup_flag() -> None:
     """python train.py --warmup-steps 3 logs the linear ramp in metrics.jsonl."""
-    root = workdir()
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    out = tmp_path / "run"
-    argv = [sys.executable, "train.py", "--steps", "5", "--warmup-steps", "3", "--out", str(out)]
-    proc = subprocess.run(
-        argv, cwd=root, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = cli_run("cli", workdir(), ["--steps", "5", "--warmup-steps", "3"])
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 5
     for rec in lines:
@@ -193,5 +192,6 @@ def test_cli_warmup_flag(tmp_path: Path) -> None:
 
 def test_negative_warmup_is_rejected() -> None:
     """warmup_steps < 0 raises ValueError instead of training."""
-    with pytest.raises(ValueError):
-        candidate().train(config(steps=2, warmup_steps=-1))
+    raised = probe.call(PROBE, "raised_by", steps=2, warmup_steps=-1)
+    assert raised is not None, "train() accepted warmup_steps=-1"
+    assert "ValueError" in raised, f"train() raised {raised[0]}, not a ValueError"

@@ -1,10 +1,10 @@
 """The grader, run as it runs in its container: ``python -m grading`` in a real subprocess.
 
-Two groups. Tests marked with ``pytest.importorskip("torch")`` grade the tiny-regression fixture
-task (a real torch training repo) and need torch in this interpreter; the host's test venv has
-none, the grader image does. The others use a pure-Python task built on the fly and run
-anywhere, so the grader's logic (outcomes, rounds after a hang, restores, process cleanup) is
-tested on every machine.
+Like everything under ``tests/grader/``, these run inside the grader image, as root, where the
+grader can drop candidate code to its own uid (``tests/test_grader_image.py`` runs them). Two
+groups: the tiny-regression fixture task (a real torch training repo) and a pure-Python task
+built on the fly, for the grader's logic (outcomes, rounds after a hang, restores, process
+cleanup).
 """
 
 from __future__ import annotations
@@ -23,117 +23,26 @@ from typing import Any
 
 import pytest
 import yaml
+from support import (
+    HIDDEN_DIR,
+    PACKET_DIR,
+    REFERENCE_PATCH,
+    ROOT,
+    SCRIPTED_SOLVE,
+    apply_reference,
+    assert_no_run_survives,
+    edit,
+    grade_tiny,
+    hidden_outcomes,
+    make_diff,
+    outcomes,
+    processes_with,
+    run_grader,
+)
 
 from grading.grade import discover_hidden_tests, restore_locked_paths, tree_sha256
 from grading.packet import PacketSpec, load_packet_spec
 from grading.run import MARKER_VAR, marked_pids, run_command
-
-ROOT = Path(__file__).resolve().parents[1]
-PACKET_DIR = ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
-HIDDEN_DIR = ROOT / "hidden" / "tiny-regression"
-REFERENCE_PATCH = HIDDEN_DIR / "reference" / "solution.patch"
-SCRIPTED_SOLVE = ROOT / "tests" / "fixtures" / "agents" / "tiny-regression-solve.yaml"
-
-# Hidden per-test limit for the torch runs: the slowest healthy check takes ~4 s on 2 CPUs,
-# plus ~3 s of `import torch` before the first one finishes; 30 s leaves room for a busy host.
-TORCH_TEST_TIMEOUT_S = 30  # a hidden check plus pytest start-up, with room for a loaded machine
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-
-def _git(args: list[str], cwd: Path) -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@localhost",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@localhost",
-    }
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, check=True)
-    return proc.stdout.decode()
-
-
-def make_diff(baseline: Path, tmp: Path, change: Callable[[Path], None]) -> Path:
-    """The ``git diff --binary`` a harness would produce for ``change`` applied to a copy."""
-    repo = tmp / f"repo-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["cp", "-a", str(baseline), str(repo)], check=True)
-    _git(["init", "-q"], repo)
-    _git(["add", "-A"], repo)
-    _git(["commit", "-q", "-m", "baseline"], repo)
-    change(repo)
-    _git(["add", "-A"], repo)
-    patch = tmp / f"{repo.name}.patch"
-    patch.write_text(_git(["diff", "--cached", "--binary", "--full-index", "HEAD"], repo))
-    return patch
-
-
-def edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert text.count(old) == 1, f"{old!r} not unique in {path}"
-    path.write_text(text.replace(old, new))
-
-
-def run_grader(
-    *,
-    baseline: Path,
-    packet: Path,
-    diff: Path,
-    hidden: Path,
-    out: Path,
-    extra: list[str] | None = None,
-    timeout: float = 300,
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None, float]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    argv = [
-        sys.executable, "-m", "grading",
-        "--baseline", str(baseline),
-        "--packet", str(packet),
-        "--diff", str(diff),
-        "--hidden", str(hidden),
-        "--out", str(out),
-        "--submission-id", f"test-{out.name}",
-        *(extra or []),
-    ]  # fmt: skip
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    elapsed = time.monotonic() - t0
-    grade_json = out / "grade.json"
-    report = json.loads(grade_json.read_text()) if grade_json.exists() else None
-    print(f"grading {out.name}: {elapsed:.1f} s")  # shown with -s: the measured durations
-    return proc, report, elapsed
-
-
-def outcomes(report: dict[str, Any]) -> dict[str, str]:
-    return {c["id"]: c["outcome"] for c in report["contracts"]}
-
-
-def processes_with(token: str) -> list[int]:
-    """PIDs whose command line contains ``token``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if token.encode() in cmdline:
-            found.append(int(name))
-    return found
-
-
-def assert_no_run_survives(report: dict[str, Any]) -> None:
-    for contract in report["contracts"]:
-        run_id = contract["evidence"].get("run_id")
-        if run_id:
-            assert marked_pids(run_id) == [], f"{contract['id']} left processes behind"
-
 
 # ---------------------------------------------------------------------------------------------
 # run_command (no torch)
@@ -156,11 +65,12 @@ def test_run_command_timeout_kills_background_children(tmp_path: Path) -> None:
 def test_run_command_sweeps_daemons_after_normal_exit(tmp_path: Path) -> None:
     token = f"grading-test-{uuid.uuid4().hex}"
     sleeper = f"{sys.executable} -c 'import time; time.sleep(1000)' {token}"
-    # The pause lets setsid run, so only the /proc sweep can find the daemon.
+    # The pause lets setsid run, so only a sweep over /proc can find the daemon: the candidate
+    # uid's, since the judge may not read a candidate process's environment.
     script = f"(setsid {sleeper} &); sleep 0.5; echo done; exit 3"
     res = run_command(script, tmp_path, {"PATH": os.environ["PATH"]}, 30, tmp_path / "log")
     assert res.exit_code == 3 and not res.timed_out
-    assert res.stragglers_killed >= 1
+    assert res.candidate_processes_killed >= 1
     assert processes_with(token) == []
 
 
@@ -270,7 +180,9 @@ def test_fixture_packet_is_valid_and_canary_free() -> None:
             assert canary.encode() not in path.read_bytes(), f"canary leaked into {path}"
     for path in HIDDEN_DIR.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".patch"):
-            assert canary in path.read_text(), f"{path} does not carry the canary"
+            # Probes are readable by candidate code at grading time: they hold no canary.
+            in_probes = "probes" in path.relative_to(HIDDEN_DIR).parts
+            assert (canary in path.read_text()) != in_probes, path
 
 
 def test_discover_hidden_tests_reads_docstrings() -> None:
@@ -299,33 +211,30 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path: Path) -> None:
 
 CALC_HIDDEN = '''
 import os
-import sys
 
 import pytest
 
+from grading import probe
 
-def calc():
-    root = os.environ["GRADING_WORKDIR"]
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    import calc
-    return calc
+
+def calc(name, *args):
+    return probe.call("calc_probe", "call", name=name, args=list(args))
 
 
 def test_add():
     """add(2, 3) is 5."""
-    assert calc().add(2, 3) == 5
+    assert calc("add", 2, 3) == 5
 
 
 def test_mul():
     """mul(2, 3) is 6."""
-    assert calc().mul(2, 3) == 6
+    assert calc("mul", 2, 3) == 6
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_square(n):
     """square(n) is n * n."""
-    assert calc().square(n) == n * n
+    assert calc("square", n) == n * n
 
 
 def test_needs_gpu():
@@ -337,6 +246,14 @@ def test_sees_baseline_and_not_work_conftest():
     """The checks see the pristine baseline and no conftest.py from the graded tree."""
     assert os.path.isfile(os.path.join(os.environ["GRADING_BASELINE"], "calc.py"))
     assert "WORK_CONFTEST" not in os.environ
+'''
+
+
+# The candidate side of the calc checks: runs as the candidate uid, returns plain values.
+CALC_PROBE = '''
+def call(name, args):
+    import calc
+    return getattr(calc, name)(*args)
 '''
 
 
@@ -362,6 +279,8 @@ def calc_task(tmp_path: Path) -> dict[str, Path]:
     hidden = root / "hidden"
     (hidden / "checks").mkdir(parents=True)
     (hidden / "checks" / "test_calc_hidden.py").write_text(CALC_HIDDEN)
+    (hidden / "probes").mkdir()
+    (hidden / "probes" / "calc_probe.py").write_text(CALC_PROBE)
     (hidden / "CANARY").write_text("HARNESS-CANARY-00000000-0000-4000-8000-000000000000\n")
     return {"root": root, "repo": repo, "packet": root / "packet.yaml", "hidden": hidden}
 
@@ -597,56 +516,16 @@ def test_calc_public_hang_is_killed(calc_task: dict[str, Path], tmp_path: Path) 
 # The tiny-regression fixture task (needs torch)
 
 
-@pytest.fixture()
-def torch_available() -> None:
-    pytest.importorskip("torch")
-
-
-def grade_tiny(
-    tmp_path: Path,
-    diff: Path,
-    name: str,
-    *,
-    packet_overrides: dict[str, Any] | None = None,
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    packet = PACKET_DIR / "packet.yaml"
-    if packet_overrides:
-        data = yaml.safe_load(packet.read_text()) | packet_overrides
-        packet = tmp_path / f"{name}-packet.yaml"
-        packet.write_text(yaml.safe_dump(data))
-    proc, report, _ = run_grader(
-        baseline=PACKET_DIR / "repo",
-        packet=packet,
-        diff=diff,
-        hidden=HIDDEN_DIR,
-        out=tmp_path / name,
-        extra=["--hidden-test-timeout-s", str(TORCH_TEST_TIMEOUT_S)],
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert report is not None
-    return proc, report
-
-
-def _apply_reference(repo: Path) -> None:
-    _git(["apply", "--binary", str(REFERENCE_PATCH)], repo)
-
-
-def _hidden(report: dict[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in outcomes(report).items() if k.startswith("hidden:")}
-
-
-@pytest.mark.usefixtures("torch_available")
 def test_reference_solution_is_complete(tmp_path: Path) -> None:
     proc, report = grade_tiny(tmp_path, REFERENCE_PATCH, "reference")
     assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
-    assert len(_hidden(report)) >= 8
+    assert len(hidden_outcomes(report)) >= 8
     assert report["diff"]["canary_found"]  # the reference carries it; an agent's diff must not
     assert report["task_id"] == "tiny-regression" and report["torch_version"]
     assert "arm" not in report  # the grader is never told the arm
     assert "complete" in proc.stdout
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_empty_diff_grades_the_baseline(tmp_path: Path) -> None:
     diff = tmp_path / "empty.patch"
     diff.write_bytes(b"")
@@ -654,7 +533,7 @@ def test_empty_diff_grades_the_baseline(tmp_path: Path) -> None:
     assert report["verdict"] == "incomplete"
     assert report["diff"]["empty"] and report["diff"]["applied"]
     assert outcomes(report)["public-tests"] == "pass"
-    assert set(_hidden(report).values()) == {"fail"}
+    assert set(hidden_outcomes(report).values()) == {"fail"}
 
 
 def test_corrupt_diff_is_rejected(tmp_path: Path) -> None:
@@ -677,7 +556,6 @@ def test_corrupt_diff_is_rejected(tmp_path: Path) -> None:
     assert elapsed < 30
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_rewritten_public_tests_are_restored(tmp_path: Path) -> None:
     def change(repo: Path) -> None:
         edit(
@@ -701,16 +579,15 @@ def test_rewritten_public_tests_are_restored(tmp_path: Path) -> None:
         "removed": ["conftest.py", "tests/test_ok.py"],
     }
     assert outcomes(report)["public-tests"] == "fail"
-    assert set(_hidden(report).values()) == {"fail"}
+    assert set(hidden_outcomes(report).values()) == {"fail"}
     assert report["verdict"] == "incomplete"
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_hanging_resume_is_hang_and_leaves_nothing(tmp_path: Path) -> None:
     token = f"grading-test-{uuid.uuid4().hex}"
 
     def change(repo: Path) -> None:
-        _apply_reference(repo)
+        apply_reference(repo)
         edit(
             repo / "tinytrain" / "trainer.py",
             '    """Restore everything ``save_checkpoint`` wrote; returns the number of completed '
@@ -728,16 +605,15 @@ def test_hanging_resume_is_hang_and_leaves_nothing(tmp_path: Path) -> None:
     got = outcomes(report)
     assert got["public-tests"] == "hang"
     assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "hang"
-    others = {k: v for k, v in _hidden(report).items() if "resume" not in k}
+    others = {k: v for k, v in hidden_outcomes(report).items() if "resume" not in k}
     assert set(others.values()) == {"pass"}, others
     assert processes_with(token) == []
     assert_no_run_survives(report)
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_crashing_resume_is_crash(tmp_path: Path) -> None:
     def change(repo: Path) -> None:
-        _apply_reference(repo)
+        apply_reference(repo)
         edit(
             repo / "tinytrain" / "trainer.py",
             "    state = torch.load(path, weights_only=True)\n",
@@ -749,14 +625,13 @@ def test_crashing_resume_is_crash(tmp_path: Path) -> None:
     got = outcomes(report)
     assert got["public-tests"] == "crash"  # the shell reports SIGABRT as 134
     assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "crash"
-    others = {k: v for k, v in _hidden(report).items() if "resume" not in k}
+    others = {k: v for k, v in hidden_outcomes(report).items() if "resume" not in k}
     assert set(others.values()) == {"pass"}, others
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_wrong_ramp_fails_the_feature_checks(tmp_path: Path) -> None:
     def change(repo: Path) -> None:
-        _apply_reference(repo)
+        apply_reference(repo)
         edit(
             repo / "tinytrain" / "trainer.py",
             "return min(1.0, (step + 1) / warmup_steps)",
@@ -765,7 +640,7 @@ def test_wrong_ramp_fails_the_feature_checks(tmp_path: Path) -> None:
 
     diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
     _, report = grade_tiny(tmp_path, diff, "wrong")
-    got = _hidden(report)
+    got = hidden_outcomes(report)
     assert outcomes(report)["public-tests"] == "pass"
     assert got["hidden:test_warmup.py::test_lr_follows_linear_warmup[5-12]"] == "fail"
     assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "fail"
@@ -788,7 +663,6 @@ def _play_scripted_edits(repo: Path) -> None:
             assert (repo / args["path"]).is_file()
 
 
-@pytest.mark.usefixtures("torch_available")
 def test_scripted_agent_fixture_solves_the_task(tmp_path: Path) -> None:
     assert b"HARNESS-CANARY" not in SCRIPTED_SOLVE.read_bytes()
     diff = make_diff(PACKET_DIR / "repo", tmp_path, _play_scripted_edits)

@@ -1,0 +1,79 @@
+"""pytest plugin of the judge's hidden-check run (``-p grading.judge_plugin``).
+
+Two jobs:
+- a check whose candidate process crashed or hung (:class:`grading.probe.CandidateRunFailed`)
+  is tagged with the ``grading_outcome`` property, so the contract reads ``crash``/``hang``
+  rather than ``fail``;
+- a guard on the seal itself: after each test, no module may have been imported from the
+  candidate's tree, the probes or a job folder, and none of them may be on ``sys.path``. A
+  check that breaks this is a grader defect: the test is failed and the grader is told through
+  a flag file (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from grading.probe import CandidateRunFailed
+
+OUTCOME_PROPERTY = "grading_outcome"
+FLAGS_VAR = "GRADING_JUDGE_FLAGS"
+_GUARDED_VARS = ("GRADING_WORKDIR", "GRADING_PROBES", "GRADING_CANDIDATE_AREA")
+
+
+class JudgeContaminated(RuntimeError):
+    """The judge process imported or put on its path code the candidate controls."""
+
+
+def _guarded_roots() -> list[str]:
+    roots = []
+    for var in _GUARDED_VARS:
+        if value := os.environ.get(var):
+            roots.append(os.path.realpath(value).rstrip("/") + "/")
+    return roots
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(r) or real + "/" == r for r in roots)
+
+
+def contamination() -> list[str]:
+    roots = _guarded_roots()
+    if not roots:
+        return []
+    found = [f"sys.path entry {p}" for p in sys.path if p and _under(p, roots)]
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and _under(file, roots):
+            found.append(f"module {name} from {file}")
+    return found
+
+
+def _flag(message: str) -> None:
+    if path := os.environ.get(FLAGS_VAR):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(message.replace("\n", " ") + "\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    outcome = yield
+    found = contamination()
+    if found:
+        message = f"grader defect: the judge imported candidate code: {'; '.join(found[:5])}"
+        _flag(f"{item.nodeid}: {message}")
+        outcome.force_exception(JudgeContaminated(message))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, Any, None]:
+    if call.excinfo is not None and isinstance(call.excinfo.value, CandidateRunFailed):
+        item.user_properties.append((OUTCOME_PROPERTY, call.excinfo.value.outcome))
+    yield

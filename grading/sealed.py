@@ -1,0 +1,223 @@
+"""The boundary between the judge and the judged inside the grader container.
+
+The judge (the grader and the hidden checks' pytest) runs as root with a handful of
+capabilities. Every process that runs candidate code (the public tests, training runs, the
+probes that call the candidate's API) runs as one unprivileged uid, the *candidate uid*:
+
+- it cannot read the inputs (``hidden/``, the diff, the grader's output), which are root-owned
+  and ``0700``, nor write anything the judge reads afterwards (the graded tree and the
+  baseline are root-owned and read-only to it; it writes only into job folders the judge made
+  for it, see :func:`job_dir`);
+- it cannot signal, ptrace or read the memory of a judge process (another uid, no
+  capabilities: the kernel refuses ``PTRACE_ATTACH`` and ``/proc/<pid>/mem``);
+- every process it starts keeps that uid (it has no capability to change it), so
+  :func:`reap` finds all of them however they detached (``setsid``, a cleared environment,
+  double forks) and kills them before the judge reads a job's outputs or writes a verdict.
+
+After a job the judge *seals* its folder (:func:`seal`): with no candidate process left, links
+and special files are removed and everything is chowned to the judge, so what the judge then
+reads is a plain file the candidate can no longer change and cannot redirect elsewhere.
+
+The candidate uid comes from ``GRADING_CANDIDATE_UID`` (the grader image sets it). Killing by
+uid is only safe inside the grader container's own PID namespace, or with a uid that nothing
+else on the machine uses (the grading tests pick a random one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
+# Where job folders go (a root-owned 0711 folder: the candidate can reach a job folder it is
+# told about, and cannot list or create anything there).
+CANDIDATE_AREA_VAR = "GRADING_CANDIDATE_AREA"
+_REAP_ROUNDS = 200
+
+
+class SealError(RuntimeError):
+    """The boundary cannot be kept (not root, no candidate uid, a process that will not die)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    uid: int
+    gid: int
+
+
+def candidate() -> Candidate:
+    """The candidate identity this grader drops to; refuses to run without one."""
+    raw = os.environ.get(CANDIDATE_UID_VAR, "")
+    if not raw.isdigit() or int(raw) == 0:
+        raise SealError(f"{CANDIDATE_UID_VAR} must name a non-root uid (got {raw!r}); "
+                        "run the grader in the grader image, which sets it")
+    if os.geteuid() != 0:
+        raise SealError(f"the grader runs as uid {os.geteuid()}, but it must start as root to "
+                        "run candidate code under another uid; run it as the grader image does")
+    uid = int(raw)
+    return Candidate(uid=uid, gid=uid)
+
+
+def popen_identity() -> dict[str, object]:
+    """``subprocess.Popen`` keyword arguments that start the child as the candidate.
+
+    Popen switches uid/gid in the child between fork and exec (no ``preexec_fn``, so it is safe
+    from a threaded judge), and drops supplementary groups. Leaving uid 0 clears every
+    capability, and ``no-new-privileges`` on the container keeps it that way.
+    """
+    who = candidate()
+    return {"user": who.uid, "group": who.gid, "extra_groups": [], "umask": 0o077}
+
+
+def _uids_of(pid: str) -> tuple[set[int], bool]:
+    """The real/effective/saved/fs uids of ``pid`` and whether it is a zombie."""
+    with open(f"/proc/{pid}/status", "rb") as fh:
+        text = fh.read().decode("ascii", "replace")
+    uids: set[int] = set()
+    zombie = False
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            uids = {int(x) for x in line.split()[1:]}
+        elif line.startswith("State:"):
+            zombie = "Z" in line.split()[1]
+    return uids, zombie
+
+
+def candidate_pids() -> list[int]:
+    """Live (non-zombie) processes that carry the candidate uid in any of their uids."""
+    uid = candidate().uid
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            uids, zombie = _uids_of(name)
+        except OSError:
+            continue
+        if uid in uids and not zombie:
+            found.append(int(name))
+    return found
+
+
+def reap() -> int:
+    """SIGKILL every candidate process until none is left; the number killed.
+
+    A fork loop can outrun one pass, so it loops until a pass finds nothing (the container's
+    pids limit bounds the loop). Raises ``SealError`` when processes survive: no verdict may be
+    written while candidate code still runs.
+    """
+    killed: set[int] = set()
+    for _ in range(_REAP_ROUNDS):
+        pids = candidate_pids()
+        if not pids:
+            return len(killed)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    left = candidate_pids()
+    if left:
+        raise SealError(f"{len(left)} candidate processes survived SIGKILL ({left[:5]})")
+    return len(killed)
+
+
+def area() -> Path:
+    value = os.environ.get(CANDIDATE_AREA_VAR)
+    if not value:
+        raise SealError(f"{CANDIDATE_AREA_VAR} is not set (the grader sets it for its checks)")
+    return Path(value)
+
+
+def make_area(path: Path) -> Path:
+    """The root-owned folder that holds every job folder (0711: reachable, not listable)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 0, 0)
+    os.chmod(path, 0o711)
+    return path
+
+
+def job_dir(name: str) -> Path:
+    """A new, empty folder owned by the candidate for one job's outputs."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:60] or "job"
+    path = area() / f"{safe}-{uuid.uuid4().hex[:8]}"
+    path.mkdir(mode=0o700)
+    who = candidate()
+    os.chown(path, who.uid, who.gid)
+    return path
+
+
+def seal(path: Path) -> list[str]:
+    """Make a finished job's folder the judge's: links and special files removed, everything
+    chowned to root and read-only to others. Returns what was removed (relative paths).
+
+    Call only after :func:`reap`: with no candidate process alive, nothing can change under the
+    walk. ``lchown``/``lstat`` never follow a link.
+    """
+    removed: list[str] = []
+    if not os.path.lexists(path):
+        return removed
+    top = os.lstat(path)
+    if not stat.S_ISDIR(top.st_mode):
+        raise SealError(f"{path} is no longer a folder")
+    for dirpath, dirnames, filenames in os.walk(path, topdown=True, followlinks=False):
+        here = Path(dirpath)
+        os.lchown(here, 0, 0)
+        os.chmod(here, 0o755)
+        for name in list(dirnames):
+            if os.path.islink(here / name):
+                dirnames.remove(name)
+                filenames.append(name)
+        for name in filenames:
+            p = here / name
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                os.lchown(p, 0, 0)
+                os.chmod(p, 0o644)
+            else:
+                os.unlink(p)
+                removed.append(p.relative_to(path).as_posix())
+    return removed
+
+
+def hand_over(root: Path) -> None:
+    """Give a tree the judge built (a copy the candidate may change) to the candidate."""
+    who = candidate()
+    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
+        os.lchown(dirpath, who.uid, who.gid)
+        for name in filenames:
+            os.lchown(os.path.join(dirpath, name), who.uid, who.gid)
+
+
+def make_readable_tree(root: Path) -> None:
+    """Root-owned and read-only to the candidate: folders 0755, files 0644 or 0755."""
+    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        os.lchown(here, 0, 0)
+        os.chmod(here, 0o755)
+        for name in filenames:
+            p = here / name
+            os.lchown(p, 0, 0)
+            if not os.path.islink(p):
+                mode = os.lstat(p).st_mode
+                os.chmod(p, 0o755 if mode & stat.S_IXUSR else 0o644)
+
+
+def check_reachable(path: Path) -> None:
+    """Fail early, in one line, when the candidate cannot even enter ``path``."""
+    # By absolute path from "/": Popen changes directory before it drops to the candidate,
+    # so a relative test would not see a closed folder above ``path``.
+    proc = subprocess.run(["/bin/sh", "-c", 'test -r "$0" && test -x "$0"', str(path)],
+                          cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+                          timeout=30, **popen_identity())  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise SealError(f"the candidate uid cannot read {path}; every folder above it must be "
+                        "world-searchable (o+x)")
