@@ -2,8 +2,11 @@
 
 Each line is the canonical JSON of one :class:`Event`. Every event carries the hash of the one
 before it, so editing, dropping or reordering any line breaks the chain at that line. Large
-outputs go to ``<dir>/blobs/<sha256>`` and events refer to them with a :class:`BlobRef`; the
-verifier re-hashes every referenced blob.
+data goes to ``<dir>/blobs/<sha256>`` and events refer to it with a :class:`BlobRef`: a partial
+line salvaged on reopening, and every string of an event over ``INLINE_TEXT_BYTES`` (a long
+output, a model's 10 MB tool argument), which becomes ``{"blob", "size", "text": "utf-8"}``.
+The verifier re-hashes every referenced blob. Strings are kept exactly, lone surrogates
+included (:mod:`harness.jsontext`).
 
 A hash chain cannot tell that events were cut off the *end*; callers that need that record
 :attr:`TranscriptWriter.last_hash` somewhere else and pass it to :func:`verify` as
@@ -28,10 +31,15 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness import jsontext
 from harness.errors import HarnessError
 
 GENESIS_HASH = "0" * 64
 BLOB_DIR_NAME = "blobs"
+# A string longer than this (UTF-8 bytes) is stored as a blob; the same text stored twice (a
+# tool argument in the response, the call and the next request) is one file.
+INLINE_TEXT_BYTES = 64 * 1024
+TEXT_BLOB_ENCODING = "utf-8"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX64_PATTERN = r"^[0-9a-f]{64}$"
@@ -40,9 +48,7 @@ _READ_CHUNK = 1 << 16
 
 def canonical_json(obj: Any) -> bytes:
     """The one byte encoding that is hashed and written; any other encoding is a tamper."""
-    return json.dumps(
-        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return jsontext.dumps(obj, sort_keys=True, compact=True).encode("utf-8")
 
 
 def event_hash(seq: int, ts: str, kind: str, data: dict[str, Any], prev_hash: str) -> str:
@@ -122,6 +128,18 @@ def read_blob(transcript_path: Path, ref: BlobRef | str) -> bytes:
             f"blob {path.name} referenced by transcript {transcript_path} is missing",
             "restore the blobs/ folder that was next to the transcript",
         ) from None
+
+
+def read_text(transcript_path: Path, value: Any) -> Any:
+    """``value`` with every text blob reference in it replaced by the string it stands for."""
+    if isinstance(value, dict):
+        if value.keys() == {"blob", "size", "text"}:
+            return read_blob(transcript_path, value["blob"]).decode(TEXT_BLOB_ENCODING,
+                                                                   "surrogatepass")
+        return {key: read_text(transcript_path, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [read_text(transcript_path, item) for item in value]
+    return value
 
 
 def _to_jsonable(value: Any) -> Any:
@@ -278,7 +296,7 @@ class TranscriptWriter:
     def append(self, kind: str, data: dict[str, Any] | None = None) -> Event:
         """Write one event durably (write + fsync) and return it."""
         # Round-trip through canonical JSON so the returned event equals what read_events yields.
-        payload = json.loads(canonical_json(_to_jsonable(data or {})))
+        payload = json.loads(canonical_json(self._spill(_to_jsonable(data or {}))))
         if not isinstance(payload, dict):
             raise TypeError("transcript data must be a dict")
         with self._lock:
@@ -306,6 +324,24 @@ class TranscriptWriter:
             self._next_seq = seq + 1
             self._last_hash = event.hash
             return event
+
+    def _spill(self, value: Any) -> Any:
+        """``value`` with every string over INLINE_TEXT_BYTES stored as a text blob."""
+        if isinstance(value, str):
+            # A character is at most 4 bytes: shorter strings need no encoding to decide.
+            if len(value) * 4 <= INLINE_TEXT_BYTES:
+                return value
+            # surrogatepass: a lone surrogate keeps 3 bytes of its own, so nothing is lost.
+            content = value.encode(TEXT_BLOB_ENCODING, "surrogatepass")
+            if len(content) <= INLINE_TEXT_BYTES:
+                return value
+            ref = self.store_blob(content)
+            return {"blob": ref.blob, "size": ref.size, "text": TEXT_BLOB_ENCODING}
+        if isinstance(value, dict):
+            return {key: self._spill(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._spill(item) for item in value]
+        return value
 
     def store_blob(self, content: bytes) -> BlobRef:
         """Store ``content`` under its sha256 (once) and return a reference to it."""
