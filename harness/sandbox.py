@@ -6,8 +6,16 @@ volume for ``/workspace`` and a fresh container, ``put_archive``/``get_archive``
 every path out. Nothing from the host is bind-mounted.
 
 Why a volume for ``/workspace``: with a read-only root filesystem ``put_archive`` fails on
-every path that is not a volume, tmpfs included, and ``get_archive`` cannot see tmpfs files
-(shared/notes/docker-sandbox.md).
+every path that is not a volume, tmpfs included, and ``get_archive`` cannot see a container's
+tmpfs mounts (shared/notes/docker-sandbox.md). The volume is itself a size-limited tmpfs
+(the local driver's ``type=tmpfs``): the daemon mounts it on the host, so both archive calls
+see it (measured on Docker 20.10/overlay2), and filling it stops at its size instead of on
+the host's disk. Two costs follow: what the agent writes there counts against the
+container's memory limit, and the content is gone once the container stops, so the final
+copy-out happens while it runs (``stop_processes`` first).
+
+PID 1 (``harness-init``) runs as root keeping only CAP_KILL; every command runs as uid 1000
+with no capability at all, so the agent can neither signal nor trace PID 1.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import tarfile
 import threading
 import time
@@ -35,7 +44,13 @@ OWNER_PID_LABEL = "org.harness.owner-pid"
 OWNER_HOST_LABEL = "org.harness.owner-host"
 WORKSPACE = "/workspace"
 AGENT_USER = "1000:1000"
+# PID 1 as root, out of the agent's reach; CAP_KILL lets it kill the agent's processes when
+# no exec can start (SIGUSR1).
+INIT_USER = "0:0"
+INIT_CAPABILITIES = ("KILL",)
 KILL_COMMAND = "/usr/local/bin/harness-kill"
+# A workspace with less room than this (or no free inode) is full.
+WORKSPACE_FULL_MARGIN_BYTES = 1024**2
 
 
 class SandboxLimits(BaseModel):
@@ -50,6 +65,9 @@ class SandboxLimits(BaseModel):
     shown_output_bytes: int = 64 * 1024
     # Past this, an exec's output is no longer written to its artifact (the cut is recorded).
     artifact_output_bytes: int = 256 * 1024**2
+    # The /workspace tmpfs volume: bytes and files (RAM-backed, see the module docstring).
+    workspace_bytes: int = 2 * 1024**3
+    workspace_inodes: int = 1024**2
 
 
 class ExecResult(BaseModel):
@@ -65,8 +83,45 @@ class ExecResult(BaseModel):
     output_truncated: bool
     artifact: Path | None = None
     artifact_truncated: bool = False
+    # What the artifact holds: all of ``output_bytes``, or the first ``artifact_output_bytes``.
+    artifact_bytes: int = 0
     kill: Literal["none", "marker", "init"] = "none"
     kill_note: str = ""
+
+
+class SandboxLost(HarnessError):
+    """The container stopped or vanished under the session; the harness did not do it."""
+
+
+class ProcessInfo(BaseModel):
+    pid: int  # in the host's pid namespace, as ``docker top`` reports it
+    uid: int
+    elapsed_s: int
+    command: str
+
+
+class StopReport(BaseModel):
+    """What still ran beside PID 1 when the container was frozen, and how it was killed.
+
+    ``sigkill_while_frozen``: every process got SIGKILL from the host while frozen and died on
+    thawing without running another instruction. ``init_after_thaw``: the host could not
+    signal them (no access to the host's pids), so PID 1 killed them right after thawing.
+    """
+
+    frozen: bool
+    processes: list[ProcessInfo] = Field(default_factory=list)
+    method: Literal["none", "sigkill_while_frozen", "init_after_thaw"] = "none"
+    survivors: list[ProcessInfo] = Field(default_factory=list)
+
+
+class WorkspaceUsage(BaseModel):
+    bytes_total: int
+    bytes_free: int
+    inodes_free: int
+
+    @property
+    def full(self) -> bool:
+        return self.bytes_free < WORKSPACE_FULL_MARGIN_BYTES or self.inodes_free == 0
 
 
 class _OutputSink:
@@ -104,15 +159,29 @@ class _OutputSink:
             self._file.close()
 
 
-def render_capped(head: bytes, tail: bytes, total: int, artifact: Path | None) -> str:
-    """Head and tail of an output with an explicit marker where the middle was cut."""
+def artifact_note(artifact: Path | str | None, total: int, kept: int) -> str:
+    """Where an output is kept, true at the artifact cap too: "" without an artifact."""
+    if artifact is None:
+        return ""
+    if kept >= total:
+        return f"the whole output is in {artifact}"
+    return (f"only the first {kept} bytes are in {artifact} (the artifact cap); "
+            f"the last {total - kept} bytes were not kept")
+
+
+def render_capped(head: bytes, tail: bytes, total: int, artifact: Path | None,
+                  kept: int | None = None) -> str:
+    """Head and tail of an output with an explicit marker where the middle was cut.
+
+    ``kept``: the bytes the artifact holds (default: all of them).
+    """
     if total <= len(head) + len(tail):
         return (head + tail).decode("utf-8", errors="replace")
     cut = total - len(head) - len(tail)
-    where = f"; the whole output is in {artifact}" if artifact else ""
+    note = artifact_note(artifact, total, total if kept is None else kept)
     marker = (
         f"\n[... harness: {cut} bytes cut here, {total} bytes in all, "
-        f"first {len(head)} and last {len(tail)} shown{where} ...]\n"
+        f"first {len(head)} and last {len(tail)} shown{'; ' + note if note else ''} ...]\n"
     )
     return head.decode("utf-8", errors="replace") + marker + tail.decode("utf-8", errors="replace")
 
@@ -145,8 +214,8 @@ class Sandbox:
         gpu_ids: list[str] | None = None,
         name_hint: str = "session",
         environment: dict[str, str] | None = None,
-        user: str = AGENT_USER,
-        cap_add: tuple[str, ...] = (),
+        user: str = INIT_USER,
+        cap_add: tuple[str, ...] = INIT_CAPABILITIES,
     ) -> None:
         self.client = client
         # The user PID 1 (and every exec that names no user) runs as, and the capabilities
@@ -199,9 +268,18 @@ class Sandbox:
             "detach": True,
         }
 
+    def volume_options(self) -> dict[str, str]:
+        """The ``/workspace`` volume: a tmpfs bounded in bytes and files, owned by the agent."""
+        lim = self.limits
+        return {"type": "tmpfs", "device": "tmpfs",
+                "o": f"size={lim.workspace_bytes},nr_inodes={lim.workspace_inodes},"
+                     "uid=1000,gid=1000,mode=0755,nosuid,nodev"}
+
     def start(self) -> Sandbox:
         try:
-            self.volume = self.client.volumes.create(name=self.name, labels=self.labels)
+            self.volume = self.client.volumes.create(name=self.name, labels=self.labels,
+                                                     driver="local",
+                                                     driver_opts=self.volume_options())
             self.container = self.client.containers.create(**self.container_spec(self.volume.name))
             self.container.start()
         except docker.errors.ImageNotFound as exc:
@@ -301,6 +379,7 @@ class Sandbox:
             )["Id"]
             stream = api.exec_start(exec_id, stream=True)
         except docker.errors.APIError as exc:
+            self.check_alive()
             raise HarnessError(
                 f"cannot start a command in {self.name}: {exc.explanation or exc}",
                 "the container may have died; see `docker logs` or rerun the session",
@@ -327,19 +406,24 @@ class Sandbox:
         duration = time.monotonic() - started
         exit_code = None
         if not timed_out:
-            info = api.exec_inspect(exec_id)
-            exit_code = info.get("ExitCode")
+            try:
+                exit_code = api.exec_inspect(exec_id).get("ExitCode")
+            except docker.errors.APIError:
+                self.check_alive()
+                raise
+        kept = min(sink.total, self.limits.artifact_output_bytes) if artifact else 0
         return ExecResult(
             call_id=call_id,
             command=argv,
             exit_code=exit_code,
             timed_out=timed_out,
             duration_s=round(duration, 4),
-            output=render_capped(bytes(sink.head), bytes(sink.tail), sink.total, artifact),
+            output=render_capped(bytes(sink.head), bytes(sink.tail), sink.total, artifact, kept),
             output_bytes=sink.total,
             output_truncated=sink.total > len(sink.head) + len(sink.tail),
             artifact=artifact,
             artifact_truncated=sink.artifact_truncated,
+            artifact_bytes=kept,
             kill=kill,
             kill_note=note,
         )
@@ -360,6 +444,92 @@ class Sandbox:
         with contextlib.suppress(docker.errors.APIError):
             self.container.kill(signal="SIGUSR1")
         time.sleep(0.5)
+
+    # --- state -------------------------------------------------------------------------
+
+    def check_alive(self) -> None:
+        """Raise SandboxLost when the container is no longer running (the harness never
+        stops it before ``close``, so whatever stopped it was not the harness)."""
+        fix = "the session ends as sandbox_lost; see the transcript for the last commands"
+        try:
+            self.container.reload()
+        except docker.errors.NotFound:
+            raise SandboxLost(f"container {self.name} is gone (removed)", fix) from None
+        state = self.container.attrs.get("State", {})
+        if not state.get("Running"):
+            oom = ", killed for memory (OOM)" if state.get("OOMKilled") else ""
+            raise SandboxLost(f"container {self.name} stopped: PID 1 exited with code "
+                              f"{state.get('ExitCode')}{oom}", fix)
+
+    def processes(self) -> list[ProcessInfo]:
+        """Every process in the container, PID 1 included (``docker top``; works paused)."""
+        top = self.client.api.top(self.container.id, ps_args="-eo pid,uid,etimes,args")
+        column = {title: i for i, title in enumerate(top.get("Titles") or [])}
+        return [ProcessInfo(pid=int(row[column["PID"]]), uid=int(row[column["UID"]]),
+                            elapsed_s=int(row[column["ELAPSED"]]), command=row[column["COMMAND"]])
+                for row in top.get("Processes") or []]
+
+    def stop_processes(self, *, wait_s: float = 10.0) -> StopReport:
+        """Freeze the container, list what runs beside PID 1, kill all of it, thaw.
+
+        Killed while frozen, no process runs another instruction after the freeze, so a copy
+        taken afterwards is the tree as it was at that instant. Raises SandboxLost when the
+        container no longer runs.
+        """
+        self.check_alive()
+        init_pid = int(self.container.attrs["State"]["Pid"])
+        try:
+            self.container.pause()
+        except docker.errors.APIError:
+            self.check_alive()
+            raise
+        try:
+            running = [p for p in self.processes() if p.pid != init_pid]
+            unreachable = [p for p in running if not self._kill_frozen(p.pid)]
+        finally:
+            self.container.unpause()
+        method: Literal["none", "sigkill_while_frozen", "init_after_thaw"] = "none"
+        if running:
+            method = "sigkill_while_frozen"
+        if unreachable:
+            method = "init_after_thaw"
+            self._signal_init()
+        deadline = time.monotonic() + wait_s
+        while True:
+            survivors = [p for p in self.processes() if p.pid != init_pid]
+            if not survivors or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return StopReport(frozen=True, processes=running, method=method, survivors=survivors)
+
+    def _kill_frozen(self, pid: int) -> bool:
+        """SIGKILL a frozen process by its host pid, once it is sure to be this container's."""
+        try:
+            # A harness in another pid namespace would name some other process by this pid.
+            if self.container.id not in Path(f"/proc/{pid}/cgroup").read_text():
+                return False
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            return False
+        return True
+
+    def workspace_usage(self) -> WorkspaceUsage:
+        """Room left on the /workspace tmpfs: read on the host when the harness shares the
+        daemon's mounts (microseconds), else with ``stat -f`` inside the container."""
+        mountpoint = (self.volume.attrs or {}).get("Mountpoint", "")
+        with contextlib.suppress(OSError):
+            st = os.statvfs(mountpoint)
+            # Only our tmpfs has this size; an unmounted folder reports the host's disk.
+            page = os.sysconf("SC_PAGE_SIZE")
+            expected = -(-self.limits.workspace_bytes // page) * page
+            if os.path.ismount(mountpoint) and st.f_blocks * st.f_frsize == expected:
+                return WorkspaceUsage(bytes_total=st.f_blocks * st.f_frsize,
+                                      bytes_free=st.f_bavail * st.f_frsize,
+                                      inodes_free=st.f_favail)
+        result = self.exec(["stat", "-f", "-c", "%b %a %d %S", WORKSPACE], timeout_s=30)
+        total, free, inodes, size = (int(x) for x in result.output.split()[:4])
+        return WorkspaceUsage(bytes_total=total * size, bytes_free=free * size,
+                              inodes_free=inodes)
 
 
 class OrphanReport(BaseModel):

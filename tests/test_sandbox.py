@@ -32,11 +32,26 @@ def test_no_network_inside(sandbox: Sandbox) -> None:
 
 def test_runs_as_uid_1000_with_no_capabilities(sandbox: Sandbox) -> None:
     assert sandbox.exec(["id", "-u"], timeout_s=10).output.strip() == "1000"
-    caps = sandbox.exec(["grep", "^Cap", "/proc/self/status"], timeout_s=10).output
-    for line in caps.splitlines():
-        assert line.split()[1] == "0000000000000000", line
+    caps = dict(line.split() for line in sandbox.exec(
+        ["grep", "^Cap", "/proc/self/status"], timeout_s=10).output.splitlines())
+    for name in ("CapInh:", "CapPrm:", "CapEff:", "CapAmb:"):
+        assert caps[name] == "0000000000000000", name
+    # Only CAP_KILL (bit 5, PID 1's) is left in the bounding set, out of reach with no_new_privs.
+    assert caps["CapBnd:"] == f"{1 << 5:016x}"
     no_new_privs = sandbox.exec(["grep", "NoNewPrivs", "/proc/self/status"], timeout_s=10)
     assert no_new_privs.output.split()[1] == "1"
+
+
+def test_pid_1_is_root_with_only_cap_kill_and_out_of_the_agents_reach(sandbox: Sandbox) -> None:
+    init = sandbox.exec(["grep", "-E", "^(Uid|CapEff)", "/proc/1/status"], timeout_s=10).output
+    assert init.split()[1:5] == ["0"] * 4 and init.split()[-1] == f"{1 << 5:016x}"
+    signal = sandbox.exec("kill -TERM 1; kill -USR1 1", timeout_s=10)
+    assert signal.output.count("Operation not permitted") == 2
+    ptrace = sandbox.exec(["python", "-c", "import ctypes, os; libc = ctypes.CDLL(None, "
+                           "use_errno=True); print(libc.ptrace(16, 1, 0, 0), "
+                           "os.strerror(ctypes.get_errno()))"], timeout_s=30)
+    assert ptrace.output.strip() == "-1 Operation not permitted"
+    assert sandbox.exec(["echo", "alive"], timeout_s=10).output.strip() == "alive"
 
 
 def test_only_workspace_and_tmp_are_writable(sandbox: Sandbox) -> None:
@@ -100,10 +115,29 @@ def test_large_output_is_capped_and_kept_whole(sandbox: Sandbox, tmp_path: Path)
 
 def test_artifact_cap_is_explicit(client: docker.DockerClient, control_image: str,
                                   tmp_path: Path) -> None:
-    limits = SandboxLimits(artifact_output_bytes=1000)
+    limits = SandboxLimits(artifact_output_bytes=1000, shown_output_bytes=100)
     with Sandbox(client, control_image, labels={TEST_LABEL: "1"}, limits=limits) as box:
         result = box.exec("head -c 5000 /dev/zero", timeout_s=30, artifact=tmp_path / "a.log")
     assert result.artifact_truncated and (tmp_path / "a.log").stat().st_size == 1000
+    assert result.artifact_bytes == 1000
+    assert "only the first 1000 bytes are in" in result.output
+    assert "the last 4000 bytes were not kept" in result.output
+
+
+def test_workspace_is_a_bounded_tmpfs_volume(client: docker.DockerClient, control_image: str
+                                             ) -> None:
+    limits = SandboxLimits(workspace_bytes=32 * 1024**2, workspace_inodes=1000)
+    with Sandbox(client, control_image, labels={TEST_LABEL: "1"}, limits=limits) as box:
+        mount = box.exec("grep ' /workspace ' /proc/mounts", timeout_s=10).output.split()
+        assert mount[2] == "tmpfs" and "size=32768k" in mount[3] and "nr_inodes=1000" in mount[3]
+        assert box.workspace_usage().bytes_total == 32 * 1024**2
+        fill = box.exec("head -c 64M /dev/zero > /workspace/fill", timeout_s=30)
+        assert "No space left on device" in fill.output
+        usage = box.workspace_usage()
+        assert usage.full and usage.bytes_free == 0
+        # Still copied out while it runs: the daemon mounts the volume, not the container.
+        tar = b"".join(box.get_archive("/workspace/fill"))
+        assert len(tar) > 32 * 1024**2 - 4096
 
 
 @pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
