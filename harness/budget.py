@@ -149,6 +149,9 @@ class Ledger:
             if room < allowed:
                 allowed, limiting = room, "tokens_total"
         if allowed < 1:
+            if limiting == "tokens_output":
+                raise BudgetExhausted("tokens_output", f"{u.tokens_output} output tokens used, "
+                                                       f"cap {b.tokens_output}")
             raise BudgetExhausted(limiting or "tokens_total",
                                   f"{u.tokens_total} tokens used; the next call could need "
                                   f"{input_bound} input tokens")

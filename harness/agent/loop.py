@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from harness.agent.providers.base import DeadlineReached, Provider, ProviderError
 from harness.agent.tools import ToolRunner, ToolSpec
 from harness.budget import BudgetExhausted, Ledger
+from harness.sandbox import SandboxLost, artifact_note
 from harness.transcript import TranscriptWriter
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -34,7 +35,8 @@ REQUEST_OVERHEAD_TOKENS = 256
 class AgentOutcome(BaseModel):
     """How the agent part of a session ended."""
 
-    # submitted | agent_stopped | budget_exhausted:<kind> | provider_error:<kind>
+    # submitted | agent_stopped | budget_exhausted:<kind> | provider_error:<kind> |
+    # workspace_full | sandbox_lost
     outcome: str
     summary: str = ""
     turns: int = 0
@@ -49,14 +51,17 @@ def build_system_prompt(base: str | None, tools: list[ToolSpec]) -> str:
     return "\n".join(lines)
 
 
-def cut_for_model(text: str, limit: int, artifact: str | None) -> str:
-    """Head and tail of a tool output, with an explicit marker where the middle was cut."""
+def cut_for_model(text: str, limit: int, where: str = "") -> str:
+    """Head and tail of a tool output, with an explicit marker where the middle was cut.
+
+    ``where``: where the output is kept (:func:`harness.sandbox.artifact_note`).
+    """
     if len(text) <= limit:
         return text
     half = limit // 2
-    where = f" The whole output is kept as {artifact}." if artifact else ""
+    kept = f" {where[:1].upper()}{where[1:]}." if where else ""
     marker = (f"\n[... {len(text) - 2 * half} characters cut here by the harness; "
-              f"{len(text)} in all.{where} ...]\n")
+              f"{len(text)} in all.{kept} ...]\n")
     return text[:half] + marker + text[-half:]
 
 
@@ -74,8 +79,9 @@ class InputEstimate:
 
     def estimate(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
         new = messages[self.counted:]
-        added = sum(len(json.dumps(m, ensure_ascii=False).encode()) + MESSAGE_OVERHEAD_TOKENS
-                    for m in new)
+        # surrogatepass: a lone surrogate counts as the 3 bytes of the U+FFFD sent in its place.
+        added = sum(len(json.dumps(m, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+                    + MESSAGE_OVERHEAD_TOKENS for m in new)
         if self.counted == 0:
             added += len(json.dumps(tools).encode()) + REQUEST_OVERHEAD_TOKENS
         return self.base + added
@@ -145,13 +151,21 @@ def run_agent(
                 calls += 1
                 transcript.append("tool_call", call.model_dump(mode="json"))
                 result = runner.run(call.name, call.args)
-                shown = cut_for_model(result.output, tool_output_chars, result.artifact)
+                shown = cut_for_model(result.output, tool_output_chars, artifact_note(
+                    result.artifact, result.output_bytes, result.artifact_bytes))
                 transcript.append("tool_result", {
                     "id": call.id, "name": call.name, **result.model_dump(mode="json"),
                     "shown_to_model": shown, "cut_for_model": shown != result.output,
                 })
                 messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
                                  "content": shown})
+                usage = runner.sandbox.workspace_usage()
+                if usage.full:  # nothing more can be written there: stop, as for a budget
+                    transcript.append("workspace_full", usage.model_dump(mode="json"))
+                    return AgentOutcome(outcome="workspace_full", turns=turns, tool_calls=calls,
+                                        error=f"/workspace is full ({usage.bytes_free} of "
+                                              f"{usage.bytes_total} bytes free, "
+                                              f"{usage.inodes_free} inodes free)")
                 if result.ends_session:
                     return AgentOutcome(outcome="submitted", turns=turns, tool_calls=calls,
                                         summary=str(result.details.get("summary", "")))
@@ -167,3 +181,7 @@ def run_agent(
         transcript.append("provider_error", {"kind": exc.kind, "status": exc.status,
                                              "message": str(exc)})
         return AgentOutcome(outcome=exc.outcome, turns=turns, tool_calls=calls, error=str(exc))
+    except SandboxLost as exc:  # the agent's doing as far as anyone can tell: its outcome
+        transcript.append("sandbox_lost", {"error": exc.line()})
+        return AgentOutcome(outcome="sandbox_lost", turns=turns, tool_calls=calls,
+                            error=exc.line())

@@ -16,10 +16,14 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
+from harness import jsontext
 from harness.budget import ComputeCategory, Ledger
 from harness.errors import HarnessError
 from harness.packets import TaskPacket
-from harness.sandbox import WORKSPACE, Sandbox
+from harness.sandbox import WORKSPACE, Sandbox, SandboxLost
+
+# Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
+MAX_EXEC_ARGUMENT_BYTES = 100_000
 
 
 class ToolSpec(BaseModel):
@@ -121,6 +125,8 @@ class ToolResult(BaseModel):
     output_bytes: int = 0
     output_truncated: bool = False
     artifact: str | None = None
+    artifact_truncated: bool = False
+    artifact_bytes: int = 0
     kill: str = "none"
     ends_session: bool = False
     details: dict[str, Any] = Field(default_factory=dict)
@@ -134,6 +140,25 @@ class ExtraTool(Protocol):
     """The handler of an extra tool: called with the runner and the model's arguments."""
 
     def __call__(self, runner: ToolRunner, /, **args: Any) -> ToolResult: ...
+
+
+def _lone_surrogate(value: Any, where: str) -> str | None:
+    """Where a lone surrogate sits in a tool argument, as a line for the model; else None."""
+    if isinstance(value, str):
+        found = jsontext.first_lone_surrogate(value)
+        if found is None:
+            return None
+        index, codepoint = found
+        return (f"argument {where} is not valid Unicode text: it holds a lone surrogate "
+                f"{codepoint} at character {index} (an unpaired \\u escape in the tool call's "
+                "JSON); the call was not run. Send it again without that escape")
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        return None
+    return next((p for w, item in items if (p := _lone_surrogate(item, w))), None)
 
 
 def workspace_path(path: Any) -> str:
@@ -185,6 +210,10 @@ class ToolRunner:
         if handler is None and extra is None:
             return ToolResult(ok=False, output=f"unknown tool {name!r}")
         self._count += 1
+        # No command, file or exec can carry such a string as it is: refuse, never mangle.
+        problem = _lone_surrogate(args, "")
+        if problem is not None:
+            return ToolResult(ok=False, output=f"error: {problem}")
         try:
             if extra is not None:
                 return extra(self, **args)
@@ -218,11 +247,16 @@ class ToolRunner:
             output_bytes=result.output_bytes,
             output_truncated=result.output_truncated,
             artifact=str(artifact),
+            artifact_truncated=result.artifact_truncated,
+            artifact_bytes=result.artifact_bytes,
             kill=result.kill,
             details={"call_id": result.call_id, "kill_note": result.kill_note},
         )
 
     def _tool_bash(self, command: str, timeout_s: float | None = None) -> ToolResult:
+        if len(command.encode()) > MAX_EXEC_ARGUMENT_BYTES:
+            raise ToolError(f"command too long for one exec (over {MAX_EXEC_ARGUMENT_BYTES} "
+                            "bytes); write it to a file with write_file and run that")
         return self._exec(command, timeout_s or self.default_timeout_s, "agent_tools", "bash")
 
     def _tool_run_public_tests(self) -> ToolResult:
@@ -251,9 +285,9 @@ class ToolRunner:
         return self._exec(cmd, 60, "agent_tools", "read")
 
     def _tool_edit_file(self, path: str, old: str, new: str) -> ToolResult:
-        # Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
-        if len(old.encode()) > 100_000 or len(new.encode()) > 100_000:
-            raise ToolError("edit too large for edit_file (over 100 kB); use write_file")
+        if max(len(old.encode()), len(new.encode())) > MAX_EXEC_ARGUMENT_BYTES:
+            raise ToolError(f"edit too large for edit_file (over {MAX_EXEC_ARGUMENT_BYTES} "
+                            "bytes); use write_file")
         return self._exec(["harness-tool", "edit", workspace_path(path), old, new], 60,
                           "agent_tools", "edit")
 
@@ -265,7 +299,10 @@ class ToolRunner:
         data = content.encode()
         try:
             self.sandbox.put_file(WORKSPACE, posixpath.relpath(target, WORKSPACE), data)
-        except Exception as exc:  # docker refuses e.g. writing over a directory
+        except SandboxLost:
+            raise
+        except Exception as exc:  # docker refuses e.g. writing over a directory, or a full disk
+            self.sandbox.check_alive()
             raise ToolError(f"cannot write {path}: {exc}") from exc
         duration = time.monotonic() - started
         self.ledger.add_compute("agent_tools", duration)

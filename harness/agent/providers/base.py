@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
+from harness import jsontext
 from harness.errors import HarnessError
 from harness.study import AgentSettings, RetryPolicy
 
@@ -135,10 +136,15 @@ class Provider(ABC):
         time_left: Callable[[], float] = lambda: float("inf"),
         on_event: OnEvent = lambda _kind, _data: None,
     ) -> ModelTurn:
-        """One model turn with retries; raises DeadlineReached or ProviderError."""
+        """One model turn with retries; raises DeadlineReached or ProviderError.
+
+        The SDKs send UTF-8 JSON, which cannot hold a lone surrogate (a model's own unpaired
+        ``\\ud800`` escape, echoed back): it travels as U+FFFD. The transcript keeps the original.
+        """
         policy = self.retry_policy
         started = time.monotonic()
         attempt_no = 0
+        wire = jsontext.scrub(messages)
 
         def attempt() -> ModelTurn:
             nonlocal attempt_no
@@ -149,7 +155,7 @@ class Provider(ABC):
             timeout = min(policy.request_timeout_s, left)
             t0 = time.monotonic()
             try:
-                turn = self._call(messages, tools, max_output_tokens, timeout)
+                turn = self._call(wire, tools, max_output_tokens, timeout)
             except (TransientError, ProviderError) as exc:
                 on_event("model_attempt", {
                     "attempt": attempt_no, "ok": False, "error": str(exc)[:500],
