@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 from harness.images import REPO_ROOT
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -31,7 +32,8 @@ DEFAULT_RUNS = REPO_ROOT / "runs"
 
 
 def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a HarnessError into one line on stderr and exit code 2."""
+    """Turn a HarnessError into one line on stderr and exit code 2, and a stopping signal
+    into one line and exit code 128 + its number (cleanup has run by then)."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -40,6 +42,10 @@ def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except HarnessError as exc:
             err_console.print(exc.line(), markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+            err_console.print(stop.line(), markup=False, highlight=False, soft_wrap=True)
+            sys.exit(128 + stop.signum)
 
     return wrapper
 
@@ -105,17 +111,17 @@ def grade_cmd(
 def verify(
     target: Annotated[Path, typer.Argument(help="transcript.jsonl or an attempt folder")],
 ) -> None:
-    """Verify a transcript's hash chain and blobs; exit 1 naming the first bad event."""
-    from harness.records import TRANSCRIPT_NAME
-    from harness.transcript import verify as verify_transcript
+    """Verify a transcript's hash chain and blobs, and its end against the one its session
+    recorded; exit 1 naming the first problem."""
+    from harness.audit import verify_attempt
 
-    path = target / TRANSCRIPT_NAME if target.is_dir() else target
-    report = verify_transcript(path)
-    if report.ok:
-        tail = " (ends with a partial line from a kill mid-write)" if report.partial_tail else ""
-        console.print(f"ok: {report.events} events verified{tail}")
+    verdict = verify_attempt(target)
+    if verdict.ok:
+        notes = f" ({'; '.join(verdict.notes)})" if verdict.notes else ""
+        console.print(f"ok: {verdict.events} events verified{notes}", markup=False,
+                      highlight=False)
         return
-    err_console.print(f"FAILED after {report.events} good events: {report.error}",
+    err_console.print(f"FAILED after {verdict.events} good events: {verdict.error}",
                       markup=False, highlight=False)
     sys.exit(1)
 

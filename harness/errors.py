@@ -1,6 +1,12 @@
-"""The one error type the CLI turns into a single clear line and a non-zero exit."""
+"""What the CLI turns into a single clear line and a non-zero exit, and how the messages
+of YAML and pydantic failures become one line."""
 
 from __future__ import annotations
+
+import signal
+
+import yaml
+from pydantic import ValidationError
 
 
 class HarnessError(Exception):
@@ -17,3 +23,31 @@ class HarnessError(Exception):
 
     def line(self) -> str:
         return f"error: {self.problem}" + (f" (fix: {self.fix})" if self.fix else "")
+
+
+class Interrupted(BaseException):
+    """A signal (SIGTERM, SIGHUP, Ctrl-C) stopping the harness.
+
+    Raised, not handled in place, so that every cleanup path runs; a BaseException so that no
+    ``except Exception`` swallows it. The CLI prints :meth:`line` and exits 128 + the signal.
+    """
+
+    def __init__(self, signum: int, detail: str = "") -> None:
+        self.signum = signum
+        self.detail = detail
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+    def line(self) -> str:
+        return f"{self}" + (f": {self.detail}" if self.detail else "")
+
+
+def validation_problem(exc: ValidationError) -> str:
+    """The first problem of a pydantic failure, on one line, with how many there are."""
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{loc}: {first['msg']} ({exc.error_count()} problem(s))"
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    where = getattr(exc, "problem_mark", None)
+    return "not valid YAML" + (f" at line {where.line + 1}" if where else "")

@@ -17,8 +17,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from harness import jsontext
 from harness.budget import Usage
 from harness.errors import HarnessError
+from harness.sandbox import StopReport
 
 RECORD_NAME = "session.json"
 MANIFEST_NAME = "manifest.json"
@@ -40,6 +42,13 @@ class GradeSummary(BaseModel):
     configurations_not_run: dict[str, str] = Field(default_factory=dict)
     # Why a grader_error is one.
     reason: str | None = None
+
+
+class TranscriptHead(BaseModel):
+    """Where the transcript ended when the session closed it: the chain cannot say that."""
+
+    events: int
+    head: str  # the last event's hash
 
 
 class SessionRecord(BaseModel):
@@ -66,8 +75,11 @@ class SessionRecord(BaseModel):
     started_at: str
     ended_at: str | None = None
     usage: Usage | None = None
+    # The agent's processes frozen and killed before the final copy-out: which, and how.
+    processes_stopped: StopReport | None = None
     diff: DiffSummary | None = None
     grades: list[GradeSummary] = Field(default_factory=list)
+    transcript: TranscriptHead | None = None  # set when the session ends
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -84,14 +96,21 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_record(attempt_dir: Path, record: SessionRecord) -> None:
-    atomic_write(attempt_dir / RECORD_NAME, record.model_dump_json(indent=2).encode())
+    # Not model_dump_json: a file name that is not UTF-8 (a lone surrogate) must not fail it.
+    text = jsontext.dumps(record.model_dump(mode="json"), indent=2)
+    atomic_write(attempt_dir / RECORD_NAME, text.encode())
+
+
+def _parse_record(path: Path) -> SessionRecord:
+    # json.loads, not model_validate_json, which refuses the escapes write_record may write.
+    return SessionRecord.model_validate(json.loads(path.read_text()))
 
 
 def read_record(attempt_dir: Path) -> SessionRecord:
     path = attempt_dir / RECORD_NAME
     if not path.is_file():
         raise HarnessError(f"{attempt_dir} holds no session record", "pass an attempt folder")
-    return SessionRecord.model_validate_json(path.read_text())
+    return _parse_record(path)
 
 
 def new_numbered_dir(parent: Path, prefix: str) -> Path:
@@ -135,7 +154,11 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]:
-    """SHA-256 of every file under ``folder`` (symlinks by their target text)."""
+    """SHA-256 of every file under ``folder`` (symlinks by their target text).
+
+    In an attempt folder it also repeats the session record's transcript head, a second
+    place that must agree for ``harness verify``.
+    """
     files: dict[str, str] = {}
     # os.walk does not follow symlinked folders; the agent's tree may hold links to anywhere.
     for dirpath, dirnames, filenames in os.walk(folder):
@@ -150,7 +173,11 @@ def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]
             elif path.is_file():
                 files[rel] = sha256_file(path)
     files = dict(sorted(files.items()))
-    manifest = {"files": files, "count": len(files)}
+    manifest: dict[str, Any] = {"files": files, "count": len(files)}
+    if (folder / RECORD_NAME).is_file():
+        head = _parse_record(folder / RECORD_NAME).transcript
+        if head is not None:
+            manifest["transcript"] = head.model_dump()
     atomic_write(folder / name, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
 
@@ -159,7 +186,7 @@ def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
     found = []
     for path in sorted(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}")):
         try:
-            found.append((path.parent, SessionRecord.model_validate_json(path.read_text())))
+            found.append((path.parent, _parse_record(path)))
         except ValueError:
             continue  # a half-written record cannot exist (atomic writes); skip foreign files
     return found

@@ -4,6 +4,10 @@ Every way out of ``run_session`` (normal end, budget, exception, Ctrl-C, SIGTERM
 the container and writes the session record; a SIGKILL leaves the record ``running`` and
 the transcript valid up to its last event, and ``harness cleanup`` then marks it
 ``interrupted`` and removes the container by label.
+
+Before the final tree is copied out, every process the agent left running is frozen and
+killed, so the tree is the one of that instant (the record says what was still running).
+The record and the manifest end with the transcript's head, which ``harness verify`` checks.
 """
 
 from __future__ import annotations
@@ -26,11 +30,19 @@ from harness.agent.providers.base import Provider
 from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec, tools_for_arm
 from harness.agent.traincheck_tool import TraincheckTool
 from harness.budget import Budget, Ledger
-from harness.errors import HarnessError
+from harness.errors import HarnessError, Interrupted
 from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
-from harness.records import SessionRecord
-from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, host_id, process_alive
+from harness.records import SessionRecord, TranscriptHead
+from harness.sandbox import (
+    WORKSPACE,
+    Sandbox,
+    SandboxLimits,
+    SandboxLost,
+    StopReport,
+    host_id,
+    process_alive,
+)
 from harness.study import AgentSettings, Study, assignment, load_study, task_ref
 from harness.transcript import TranscriptWriter, utc_timestamp
 from harness.workspace import (
@@ -44,10 +56,8 @@ from harness.workspace import (
 MAX_TREE_BYTES = 512 * 1024**2
 MAX_DIFF_BYTES = 32 * 1024**2
 DIFF_NAME = "submission.diff"
-
-
-class SessionInterrupted(BaseException):
-    """SIGTERM/SIGHUP turned into an exception so every cleanup path runs."""
+# Agent outcomes that are failures: the record's ``error`` says what happened.
+ERROR_OUTCOMES = ("provider_error", "sandbox_lost")
 
 
 class SessionOptions(BaseModel):
@@ -62,7 +72,7 @@ class SessionOptions(BaseModel):
 @contextmanager
 def _signals_as_interrupt() -> Iterator[None]:
     def handler(signum: int, _frame: Any) -> None:
-        raise SessionInterrupted(signal.Signals(signum).name)
+        raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -114,6 +124,9 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
         with _signals_as_interrupt():
             _run_attempt(study, options, record, attempt_dir, packet, provider, tools, extras,
                          budget, agent_settings, client, transcript, log)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        raise Interrupted(signum, f"session recorded as interrupted in {attempt_dir}") from None
     finally:
         transcript.close()
         records.write_manifest(attempt_dir)
@@ -180,13 +193,17 @@ def _run_attempt(
                                 system_prompt=system_prompt, task_md=packet.task_md,
                                 max_output_tokens=agent_settings.max_output_tokens,
                                 tool_output_chars=agent_settings.tool_output_chars)
+            # First thing: nothing the agent left running may write after its end.
+            stopped = _stop_agent(sandbox)
             record.outcome = outcome.outcome
+            if outcome.outcome.split(":")[0] in ERROR_OUTCOMES:
+                record.error = outcome.error
             transcript.append("agent_end", outcome.model_dump(mode="json"))
-            _finalize_diff(sandbox, attempt_dir, record, transcript)
+            _finalize_diff(sandbox, attempt_dir, record, transcript, stopped=stopped)
             record.status = "finished"
-    except (KeyboardInterrupt, SessionInterrupted) as exc:
+    except (KeyboardInterrupt, Interrupted) as exc:
         record.status, record.outcome = "interrupted", "interrupted"
-        record.error = f"interrupted by {type(exc).__name__} {exc}".strip()
+        record.error = str(exc) if isinstance(exc, Interrupted) else "interrupted by SIGINT"
         transcript.append("session_interrupted", {"reason": record.error})
         _finalize_diff(sandbox, attempt_dir, record, transcript, best_effort=True)
         raise
@@ -207,8 +224,17 @@ def _run_attempt(
                                           "usage": record.usage.model_dump(mode="json"),
                                           "diff": record.diff.model_dump() if record.diff
                                           else None})
+        record.transcript = TranscriptHead(events=transcript.next_seq, head=transcript.last_hash)
         records.write_record(attempt_dir, record)
         log(f"session {record.session_id}: {record.status}, outcome {record.outcome}")
+
+
+def _stop_agent(sandbox: Sandbox) -> StopReport | SandboxLost:
+    """Freeze then kill every process in the container but PID 1; or why it could not be."""
+    try:
+        return sandbox.stop_processes()
+    except SandboxLost as exc:
+        return exc
 
 
 def _finalize_diff(
@@ -216,12 +242,28 @@ def _finalize_diff(
     attempt_dir: Path,
     record: SessionRecord,
     transcript: TranscriptWriter,
+    *,
+    stopped: StopReport | SandboxLost | None = None,
     best_effort: bool = False,
 ) -> None:
-    """Copy the final tree out, diff it against the host's pristine baseline, keep both."""
+    """Stop the agent's processes (unless ``stopped`` says it was done), copy the final tree
+    out, diff it against the host's pristine baseline, keep both."""
     if sandbox is None or sandbox.container is None or record.diff is not None:
         return
     try:
+        if stopped is None:
+            stopped = _stop_agent(sandbox)
+        if isinstance(stopped, SandboxLost):
+            # The workspace is a tmpfs volume: it went with the container, there is no tree.
+            if record.outcome not in ("interrupted", "harness_error"):
+                record.outcome = "sandbox_lost"
+            record.error = stopped.line()
+            transcript.append("copy_out_skipped", {
+                "error": stopped.line(), "reason": "the container stopped; its RAM-backed "
+                "/workspace went with it, so there is no final tree"})
+            return
+        record.processes_stopped = stopped
+        transcript.append("processes_stopped", stopped.model_dump(mode="json"))
         final = attempt_dir / "final"
         report = extract_tree(sandbox.get_archive(WORKSPACE), final, max_bytes=MAX_TREE_BYTES)
         patch, result = compute_diff(attempt_dir / "baseline", final,
@@ -262,6 +304,8 @@ def mark_interrupted(runs_root: Path) -> list[Path]:
             transcript.append("session_interrupted", {
                 "reason": f"harness process {record.harness_pid} is gone; found by cleanup",
             })
+            record.transcript = TranscriptHead(events=transcript.next_seq,
+                                               head=transcript.last_hash)
         record.status, record.outcome = "interrupted", "interrupted"
         record.ended_at = utc_timestamp()
         record.error = "the harness process died before the session ended"

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from harness.budget import Budget
-from harness.errors import HarnessError
+from harness.errors import HarnessError, validation_problem, yaml_problem
 from harness.images import REPO_ROOT
 
 ArmName = Literal["control", "treatment"]
@@ -132,20 +132,14 @@ def load_study(path: Path) -> Study:
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise HarnessError(f"study file {path} is not valid YAML{line}", "fix its syntax") from exc
+        raise HarnessError(f"study file {path} is {yaml_problem(exc)}", "fix its syntax") from exc
     if not isinstance(raw, dict):
         raise HarnessError(f"study file {path} must be a YAML mapping", "see studies/demo.yaml")
     try:
         study = Study.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise HarnessError(
-            f"study file {path}: {loc}: {first['msg']} ({exc.error_count()} problem(s))",
-            "see studies/demo.yaml for the expected fields",
-        ) from exc
+        raise HarnessError(f"study file {path}: {validation_problem(exc)}",
+                           "see studies/demo.yaml for the expected fields") from exc
     for task in study.tasks:
         if not (task.packet_dir() / "packet.yaml").is_file():
             raise HarnessError(
