@@ -34,10 +34,6 @@ def dumps(obj: Any, *, sort_keys: bool = False, indent: int | None = None,
     return _LONE_SURROGATE.sub(_escape, text)
 
 
-def has_lone_surrogate(text: str) -> bool:
-    return _LONE_SURROGATE.search(text) is not None
-
-
 def first_lone_surrogate(text: str) -> tuple[int, str] | None:
     """(index, ``U+XXXX``) of the first lone surrogate in ``text``, or None."""
     match = _LONE_SURROGATE.search(text)

@@ -31,6 +31,7 @@ from harness.transcript import (
     event_hash,
     read_blob,
     read_events,
+    read_text,
     verify,
 )
 
@@ -676,3 +677,21 @@ def test_reopen_scans_back_across_read_chunks(
     report = verify(path)
     assert report.ok, report.error
     assert report.events == 6
+
+
+def test_any_string_is_kept_exactly_and_long_ones_become_blobs(tmp_path: Path) -> None:
+    path = tmp_path / "transcript.jsonl"
+    name = os.fsdecode(b"caf\xe9-\xff.txt")  # a file name that is not UTF-8
+    big = "\u00e9" * 50_000 + "\ud800"  # over 64 KiB of UTF-8, with a lone surrogate
+    with TranscriptWriter(path) as writer:
+        written = writer.append("tool_call", {"name": name, "arg": "echo \ud800", "big": big})
+    raw = path.read_bytes()
+    raw.decode("utf-8")  # the line is valid UTF-8: the surrogates are escaped
+    assert b"\\udcff" in raw and b"\\ud800" in raw and len(raw) < 1000
+    assert verify(path).ok
+    (event,) = read_events(path)
+    assert event == written
+    assert event.data["name"] == name and event.data["arg"] == "echo \ud800"
+    assert event.data["big"].keys() == {"blob", "size", "text"}
+    assert read_text(path, event.data)["big"] == big
+    read_blob(path, event.data["big"]["blob"])  # the blob is there and verified
