@@ -2,8 +2,10 @@
 
 Prints two ratios (median of interleaved repetitions, so machine noise hits both sides):
 - per-call exec: ``Sandbox.exec(["true"])`` vs bare ``container.exec_run(["true"])``;
-- session start: ``Sandbox`` start + one exec + close (volume, hardening, labels) vs a bare
-  ``containers.create`` + start + ``exec_run`` + remove.
+- session start: ``Sandbox`` start + one exec + close (bounded tmpfs volume, hardening, root
+  PID 1 with CAP_KILL, labels) vs a bare ``containers.create`` + start + ``exec_run`` + remove.
+It also prints, without a bare counterpart, what ``stop_processes`` (freeze, list, kill, thaw)
+adds once at the end of a session.
 Usage: .venv/bin/python scripts/bench/bench_sandbox.py [--reps N]
 """
 
@@ -41,6 +43,10 @@ def main() -> None:
         for _ in range(args.reps * 2):  # interleaved so noise lands on both
             exec_bare.append(timed(lambda: bare.exec_run(["true"])))
             exec_harness.append(timed(lambda: box.exec(["true"], timeout_s=30)))
+        stops = []
+        for _ in range(args.reps):
+            box.exec("sleep 100 >/dev/null 2>&1 &", timeout_s=30)
+            stops.append(timed(box.stop_processes))
     finally:
         bare.remove(force=True)
         box.close()
@@ -68,6 +74,7 @@ def main() -> None:
     for name, b, h in rows:
         mb, mh = statistics.median(b) * 1000, statistics.median(h) * 1000
         print(f"{name:<28}{mb:>10.1f}{mh:>12.1f}{mh / mb:>8.2f}")
+    print(f"{'stop_processes (1 left)':<28}{'-':>10}{statistics.median(stops) * 1000:>12.1f}")
 
 
 if __name__ == "__main__":
