@@ -513,9 +513,10 @@ class Sandbox:
             return False
         return True
 
-    def workspace_usage(self) -> WorkspaceUsage:
+    def workspace_usage(self) -> WorkspaceUsage | None:
         """Room left on the /workspace tmpfs: read on the host when the harness shares the
-        daemon's mounts (microseconds), else with ``stat -f`` inside the container."""
+        daemon's mounts (microseconds), else with ``stat -f`` inside the container; None when
+        neither can tell (no exec can start, e.g. at the pids limit)."""
         mountpoint = (self.volume.attrs or {}).get("Mountpoint", "")
         with contextlib.suppress(OSError):
             st = os.statvfs(mountpoint)
@@ -526,8 +527,13 @@ class Sandbox:
                 return WorkspaceUsage(bytes_total=st.f_blocks * st.f_frsize,
                                       bytes_free=st.f_bavail * st.f_frsize,
                                       inodes_free=st.f_favail)
-        result = self.exec(["stat", "-f", "-c", "%b %a %d %S", WORKSPACE], timeout_s=30)
-        total, free, inodes, size = (int(x) for x in result.output.split()[:4])
+        try:
+            result = self.exec(["stat", "-f", "-c", "%b %a %d %S", WORKSPACE], timeout_s=30)
+            total, free, inodes, size = (int(x) for x in result.output.split()[:4])
+        except SandboxLost:
+            raise
+        except (HarnessError, ValueError):
+            return None
         return WorkspaceUsage(bytes_total=total * size, bytes_free=free * size,
                               inodes_free=inodes)
 

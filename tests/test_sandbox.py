@@ -130,11 +130,15 @@ def test_workspace_is_a_bounded_tmpfs_volume(client: docker.DockerClient, contro
     with Sandbox(client, control_image, labels={TEST_LABEL: "1"}, limits=limits) as box:
         mount = box.exec("grep ' /workspace ' /proc/mounts", timeout_s=10).output.split()
         assert mount[2] == "tmpfs" and "size=32768k" in mount[3] and "nr_inodes=1000" in mount[3]
-        assert box.workspace_usage().bytes_total == 32 * 1024**2
+        usage = box.workspace_usage()
+        assert usage is not None and usage.bytes_total == 32 * 1024**2 and not usage.full
         fill = box.exec("head -c 64M /dev/zero > /workspace/fill", timeout_s=30)
         assert "No space left on device" in fill.output
         usage = box.workspace_usage()
-        assert usage.full and usage.bytes_free == 0
+        assert usage is not None and usage.full and usage.bytes_free == 0
+        # A harness that does not share the daemon's mounts reads it from inside: same answer.
+        box.volume.attrs["Mountpoint"] = "/nonexistent"
+        assert box.workspace_usage() == usage
         # Still copied out while it runs: the daemon mounts the volume, not the container.
         tar = b"".join(box.get_archive("/workspace/fill"))
         assert len(tar) > 32 * 1024**2 - 4096

@@ -160,7 +160,7 @@ def run_agent(
                 messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
                                  "content": shown})
                 usage = runner.sandbox.workspace_usage()
-                if usage.full:  # nothing more can be written there: stop, as for a budget
+                if usage is not None and usage.full:  # no more room: stop, as for a budget
                     transcript.append("workspace_full", usage.model_dump(mode="json"))
                     return AgentOutcome(outcome="workspace_full", turns=turns, tool_calls=calls,
                                         error=f"/workspace is full ({usage.bytes_free} of "
