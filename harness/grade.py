@@ -35,7 +35,7 @@ from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness import images, records
 from harness.errors import HarnessError
-from harness.sandbox import Sandbox, SandboxLimits
+from harness.sandbox import ExecResult, Sandbox, SandboxLimits
 from harness.transcript import utc_timestamp
 
 INPUT_DIR = "/workspace/in"
@@ -197,6 +197,20 @@ def bind_report(raw: bytes, expected: Expected) -> GradeReport:
     return report
 
 
+def collect_grade(sandbox: Sandbox, result: ExecResult, out_dir: Path, expected: Expected, *,
+                  canaries: list[bytes]) -> GradeReport:
+    """The grade a finished grader run left, if the host can trust it (else ``GraderFailed``).
+
+    A grader that timed out or exited non-zero left nothing usable, whatever its folder holds.
+    """
+    if result.timed_out or result.exit_code != 0:
+        why = ("timed out" if result.timed_out else f"exited with code {result.exit_code}")
+        raise GraderFailed(f"the grader {why}; its output is not used",
+                           f"see {out_dir / 'grader-output.log'}")
+    raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out", canaries=canaries)
+    return bind_report(raw, expected)
+
+
 def grade_diff(
     inputs: GraderInputs,
     out_dir: Path,
@@ -248,14 +262,8 @@ def grade_diff(
             )
             record.update(exit_code=result.exit_code, timed_out=result.timed_out,
                           duration_s=result.duration_s)
-            if result.timed_out or result.exit_code != 0:
-                why = (f"timed out after {timeout_s:g} s" if result.timed_out
-                       else f"exited with code {result.exit_code}")
-                raise GraderFailed(f"the grader {why}; its output is not used",
-                                   f"see {out_dir / 'grader-output.log'}")
-            raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
-                                     canaries=_canaries(inputs.hidden))
-        report = bind_report(raw, expected)
+            report = collect_grade(sandbox, result, out_dir, expected,
+                                   canaries=_canaries(inputs.hidden))
     except GraderFailed as exc:
         record["error"] = exc.reason
         raise

@@ -35,11 +35,15 @@ def contains_any(chunks: Iterable[bytes], needles: list[bytes]) -> bytes | None:
 
 
 def test_every_hidden_file_that_can_carry_a_comment_repeats_the_canary() -> None:
+    """Except the probes: candidate code reads them at grading time (grading/probe.py), so a
+    canary there could come back in a candidate's output and would prove nothing."""
     for task_dir in sorted(REPO_ROOT.glob("hidden/*/")):
         token = (task_dir / "CANARY").read_text().strip()
         for path in task_dir.rglob("*"):
             if path.is_file() and path.suffix in (".py", ".yaml", ".yml", ".md", ".sh"):
-                assert token in path.read_text(), f"{path} lacks its task's canary"
+                in_probes = path.relative_to(task_dir).parts[0] == "probes"
+                carries = token in path.read_text()
+                assert carries != in_probes, f"{path}: canary {'in' if carries else 'missing'}"
 
 
 def test_no_tracked_file_outside_hidden_holds_a_canary() -> None:

@@ -2,9 +2,11 @@
 
 Both sides run in a fresh grader container on the same task and the same diff (the hidden
 reference by default). "Direct" applies the diff with ``git apply`` and runs the public test
-command and pytest on the hidden checks, nothing else. "Harness" is the full grading path:
-input transfer, diff application, protected-path restore, per-contract isolation and
-watchdogs, ``grade.json``, output transfer and manifest. Repetitions are interleaved so the
+command (as the candidate uid) and pytest on the hidden checks, nothing else; the checks'
+own training runs and probes run as the candidate, as they must. "Harness" is the full
+grading path: input transfer, digests, diff application, protected-path restore, the sealed
+layout and hand-overs, per-contract isolation and watchdogs, reaping, ``grade.json``, output
+transfer, binding and manifest. Repetitions are interleaved so the
 shared machine's noise lands on both sides; the ratio of medians is printed.
 
 Usage: .venv/bin/python scripts/bench/bench_grading.py [--task tiny-regression] [--reps 3]
@@ -19,10 +21,9 @@ import time
 from pathlib import Path
 
 from harness import images
-from harness.grade import GraderInputs, grade_diff, tar_inputs
+from harness.grade import JUDGE_USER, GraderInputs, grade_diff, grader_sandbox, tar_inputs
 from harness.images import REPO_ROOT
 from harness.packets import load_packet
-from harness.sandbox import Sandbox, SandboxLimits
 from harness.workspace import snapshot_baseline
 
 PACKETS = {"tiny-regression": REPO_ROOT / "tests/fixtures/task_packets/tiny-regression"}
@@ -47,16 +48,22 @@ def main() -> None:
                               hidden=hidden, diff=diff)
 
         def direct() -> None:
-            with Sandbox(client, grader, labels={"org.harness.bench": "1"},
-                         limits=SandboxLimits(pids=1024)) as box:
-                box.put_archive("/workspace", tar_inputs({"repo": baseline,
+            with grader_sandbox(client, grader, labels={"org.harness.bench": "1"},
+                                name_hint="bench") as box:
+                box.put_archive("/workspace", tar_inputs({"repo": baseline, "base": baseline,
                                                            "hidden": hidden,
                                                            "change.diff": diff}))
-                script = (f"cd /workspace/repo && git init -q && git apply /workspace/change.diff"
-                          f" && {packet.spec.public_test_command}; "
-                          "GRADING_WORKDIR=/workspace/repo python -m pytest -q "
-                          "-p no:cacheprovider /workspace/hidden/checks")
-                box.exec(["bash", "-c", script], timeout_s=1800)
+                as_candidate = "setpriv --reuid 2000 --regid 2000 --clear-groups"
+                script = ("cd /workspace && mkdir -m 711 area && chmod 755 /workspace && "
+                          "(cd repo && git init -q && git apply /workspace/change.diff) && "
+                          "cp -r repo public && chown -R 2000:2000 public && "
+                          f"(cd public && HOME=/tmp {as_candidate} "
+                          f"sh -c '{packet.spec.public_test_command}'); "
+                          "GRADING_WORKDIR=/workspace/repo GRADING_BASELINE=/workspace/base "
+                          "GRADING_PROBES=/workspace/hidden/probes "
+                          "GRADING_CANDIDATE_AREA=/workspace/area "
+                          "python -m pytest -q -p no:cacheprovider /workspace/hidden/checks")
+                box.exec(["bash", "-c", script], timeout_s=1800, user=JUDGE_USER)
 
         def harness(n: int) -> None:
             out = work / f"grade-{n}"
