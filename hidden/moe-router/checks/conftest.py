@@ -3,13 +3,19 @@
 
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
-The grader runs pytest with the candidate tree in GRADING_WORKDIR (also on PYTHONPATH) and the
-pristine baseline in GRADING_BASELINE. Every training run here is the candidate's own
-``train.py``: ``cpu-1`` as one process, the 2-rank configurations through
-``grading.launch.launch`` (static loopback rendezvous, one log per rank; a crash or a hang names
-the rank). The expensive runs are session-scoped fixtures, each launched at most once and shared
-by the checks that read it; a run that did not finish cleanly makes every check that needs it
-fail with the launcher's verdict and the culprit's log tail, never pass.
+These run in the judge's pytest, which never imports candidate code (GRADING_WORKDIR is the
+candidate tree, GRADING_BASELINE the pristine baseline; neither is on the judge's path). Every
+training run here is the candidate's own ``train.py`` (or the baseline's), run as the candidate
+uid: ``cpu-1`` as one process through ``grading.run.run_command``, the 2-rank configurations
+through ``grading.launch.launch`` (static loopback rendezvous, one log per rank; a crash or a
+hang names the rank). A run writes only into its own job folder (``grading.sealed.job_dir``,
+its ``--out``); its logs stay in the judge's runs folder; the folder is sealed
+(``grading.sealed.seal``) before anything in it is read, and the run's expected outputs are
+checked after the seal. The expensive runs are session-scoped fixtures, each launched at most
+once and shared by the checks that read it; a run that did not finish cleanly makes every check
+that needs it fail with the launcher's verdict and the culprit's log tail, never pass. The
+2-rank balance probe (``probes/probe_balance.py``) runs the same way, with its inputs in a
+tensor file; its expected values stay here (``probe_balance_spec.py``).
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ from typing import Any
 import pytest
 import torch
 
+import probe_balance_spec as P
+from grading import probe, sealed
 from grading.launch import launch
 from grading.run import run_command
 
-CHECKS = Path(__file__).resolve().parent
 MOE_FLAGS = ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-factor", "1.25",
              "--moe-aux-weight", "0.01"]
 # Wall limits per run: qualification measured every 200-step run under 41 s on 2 shared cores;
@@ -47,19 +54,10 @@ def baseline_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def candidate_on_path() -> None:
-    root = str(workdir())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    if str(CHECKS) not in sys.path:
-        sys.path.insert(0, str(CHECKS))
-
-
 def run_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONPATH"] = str(root)
     env["GLOO_SOCKET_IFNAME"] = "lo"
-    env.pop("PYTEST_CURRENT_TEST", None)
     return env
 
 
@@ -113,17 +111,19 @@ class Run:
         return f"{self.name}: {self.config}, {self.outcome}, {self.duration_s:.1f} s"
 
 
-def run_script(name: str, config: str, argv: list[str], out: Path, *, root: Path,
+def run_script(name: str, config: str, argv: list[str], out: Path, logs: Path, *, root: Path,
                nproc: int, timeout_s: float,
                expected: Callable[[int], list[Path]] | None = None) -> Run:
-    """``argv`` as one process (cpu-1) or as ``nproc`` ranks under the grading launcher."""
-    out.mkdir(parents=True, exist_ok=True)
-    log_dir = out.parent / f"{out.name}.logs"
+    """``argv`` as one process (cpu-1) or as ``nproc`` ranks under the grading launcher, as the
+    candidate uid; ``out`` (a job folder) is sealed before its expected outputs are looked at.
+    The rank logs go to ``logs/NAME.logs/``."""
+    log_dir = logs / f"{name}.logs"
     env = run_env(root)
     if nproc == 1:
         log = log_dir / "rank0.log"
         res = run_command(argv, cwd=root, env=env, timeout_s=timeout_s, log_path=log)
-        missing = [p for p in (expected(0) if expected else []) if not p.exists()]
+        sealed.seal(out)
+        missing = [p for p in (expected(0) if expected else []) if not p.is_file()]
         if res.timed_out:
             outcome, detail = "hang", f"still running at the wall limit of {timeout_s:g} s"
         elif res.exit_code != 0:
@@ -137,20 +137,33 @@ def run_script(name: str, config: str, argv: list[str], out: Path, *, root: Path
                    [] if outcome == "ok" else [log])
     res2 = launch(argv, nproc=nproc, cwd=root, env=env, timeout_s=timeout_s, log_dir=log_dir,
                   expected_outputs=expected)
+    sealed.seal(out)
+    outcome, detail = res2.outcome, res2.detail
     culprits = [Path(res2.ranks[r].log) for r in res2.culprit_ranks]
-    if res2.outcome != "ok" and not culprits:
+    if outcome == "ok" and expected is not None:
+        # The seal removed links and special files: what the ranks left must still be there.
+        for rank in range(nproc):
+            missing = [p for p in expected(rank) if not p.is_file()]
+            if missing:
+                outcome, detail = "crash", (f"rank(s) [{rank}] exited 0 but left no output "
+                                            f"({missing[0]})")
+                culprits = [Path(res2.ranks[rank].log)]
+                break
+    if outcome != "ok" and not culprits:
         culprits = [Path(r.log) for r in res2.ranks]
-    return Run(name, config, out, res2.outcome, res2.detail, res2.duration_s, culprits)
+    return Run(name, config, out, outcome, detail, res2.duration_s, culprits)
 
 
-def train(name: str, config: str, args: list[str], base: Path, *, root: Path | None = None,
-          timeout_s: float = SHORT_RUN_TIMEOUT_S) -> Run:
-    """The candidate's (or the baseline's) train.py under ``config``."""
+def train(name: str, config: str, args: list[str], logs: Path, *, root: Path | None = None,
+          out: Path | None = None, timeout_s: float = SHORT_RUN_TIMEOUT_S) -> Run:
+    """The candidate's (or the baseline's) train.py under ``config``, ``--out`` a job folder
+    (``out``, else a new one)."""
     root = root or workdir()
-    out = base / name
+    out = out or sealed.job_dir(name)
     argv = [sys.executable, "train.py", "--config", config, *args, "--out", str(out)]
     nproc = 1 if config == "cpu-1" else 2
-    return run_script(name, config, argv, out, root=root, nproc=nproc, timeout_s=timeout_s,
+    return run_script(name, config, argv, out, logs, root=root, nproc=nproc,
+                      timeout_s=timeout_s,
                       expected=lambda rank: [out / "final_state.pt"] if rank == 0 else [])
 
 
@@ -167,6 +180,7 @@ STARVE_FLAGS = ["--moe-experts", "16", "--moe-top-k", "1", "--moe-capacity-facto
 
 @pytest.fixture(scope="session")
 def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The judge's folder for run logs (the runs' outputs go to job folders)."""
     return tmp_path_factory.mktemp("runs")
 
 
@@ -182,8 +196,9 @@ def cpu1_fp64(runs_dir: Path) -> Run:
 
 @pytest.fixture(scope="session")
 def ddp_fp64(runs_dir: Path) -> Run:
-    return train("ddp-fp64", "gloo-ddp-2",
-                 [*_eq_args(), "--export", str(runs_dir / "ddp-fp64" / "model.pt")], runs_dir)
+    out = sealed.job_dir("ddp-fp64")
+    return train("ddp-fp64", "gloo-ddp-2", [*_eq_args(), "--export", str(out / "model.pt")],
+                 runs_dir, out=out)
 
 
 @pytest.fixture(scope="session")
@@ -201,14 +216,17 @@ def _resume_args(ckpt: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def resume_pair(runs_dir: Path) -> tuple[Run, Run | None]:
-    full = train("ddp-full", "gloo-ddp-2", _resume_args(runs_dir / "ddp-full" / "ckpt"),
-                 runs_dir)
-    ckpt = runs_dir / "ddp-full" / "ckpt" / f"step_{RESUME_AT}"
+    full_out = sealed.job_dir("ddp-full")
+    full = train("ddp-full", "gloo-ddp-2", _resume_args(full_out / "ckpt"), runs_dir,
+                 out=full_out)
+    # Sealed by now: the resumed run reads the checkpoint and cannot change it.
+    ckpt = full_out / "ckpt" / f"step_{RESUME_AT}"
     if full.outcome != "ok" or not ckpt.exists():
         return full, None
+    resumed_out = sealed.job_dir("ddp-resumed")
     resumed = train("ddp-resumed", "gloo-ddp-2",
-                    [*_resume_args(runs_dir / "ddp-resumed" / "ckpt"), "--resume", str(ckpt)],
-                    runs_dir)
+                    [*_resume_args(resumed_out / "ckpt"), "--resume", str(ckpt)], runs_dir,
+                    out=resumed_out)
     return full, resumed
 
 
@@ -228,10 +246,11 @@ def quality_run(runs_dir: Path) -> Run:
 
 @pytest.fixture(scope="session")
 def balance_probe(runs_dir: Path) -> Run:
-    out = runs_dir / "balance-probe"
-    argv = [sys.executable, str(CHECKS / "probe_balance.py"), str(out), str(CHECKS)]
-    return run_script("balance-probe", "gloo-ddp-2", argv, out, root=workdir(), nproc=2,
-                      timeout_s=SHORT_RUN_TIMEOUT_S,
+    out = sealed.job_dir("balance-probe")
+    inputs = P.write_inputs(out / "inputs.pt")
+    argv = [sys.executable, str(probe.probes_dir() / "probe_balance.py"), str(out), str(inputs)]
+    return run_script("balance-probe", "gloo-ddp-2", argv, out, runs_dir, root=workdir(),
+                      nproc=2, timeout_s=SHORT_RUN_TIMEOUT_S,
                       expected=lambda rank: [out / f"rank{rank}.json"])
 
 

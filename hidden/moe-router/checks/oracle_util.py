@@ -1,47 +1,17 @@
 # HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
-"""Helpers shared by the moe-router checks and the 2-rank probe (no candidate import here).
+"""Judge-side helpers of the moe-router checks: comparing the runs' saved states.
 
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+No candidate import here. Building the candidate's model from fixed parameters is candidate
+code and lives with the probes (``probes/moe_probe.py: load_candidate_model``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
-
-
-def load_candidate_model(cfg: Any, params: dict[str, torch.Tensor],
-                         dtype: torch.dtype = torch.float64) -> torch.nn.Module:
-    """The candidate's TinyLM for reference Cfg ``cfg`` holding ``params`` (export-schema keys).
-
-    The state dict is expected to use the export schema's names (the export is the full state
-    dict); a candidate that names its modules differently is given the parameters through its
-    own ``load_export`` instead, so only the documented interface is relied on.
-    """
-    from tinylm.config import ModelConfig
-    from tinylm.model import TinyLM
-
-    mcfg = ModelConfig(**cfg.model_config_kwargs())
-    torch.manual_seed(0)
-    model = TinyLM(mcfg).to(dtype)
-    if set(model.state_dict()) == set(params):
-        model.load_state_dict({k: v.to(dtype) for k, v in params.items()}, strict=True)
-        return model
-    from tinylm.export import load_export
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "params.pt"
-        torch.save({"format": "tinylm-export-v1", "model_config": dataclasses.asdict(mcfg),
-                    "state_dict": {k: v.to(torch.float32).contiguous()
-                                   for k, v in params.items()}}, path)
-        model = load_export(path)
-    # make_params draws float32-representable values, so the detour loses no bit.
-    model = model.to(dtype)
-    return model
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

@@ -2,6 +2,9 @@
 """Fixed inputs of the 2-rank balance probe and the aux losses TASK.md implies for them.
 
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+Judge side only: the probe itself (``probes/probe_balance.py``, run as the candidate) is given
+the inputs as a tensor file (:func:`write_inputs`) and never sees the expected values.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ def params() -> dict[str, torch.Tensor]:
 def local_tokens(rank: int) -> torch.Tensor:
     per = GLOBAL_BATCH // WORLD
     return R.fixed_tokens(GLOBAL_BATCH, TOKEN_SEED)[rank * per:(rank + 1) * per, :-1]
+
+
+def write_inputs(path: Path) -> Path:
+    """The probe's inputs (model config, parameters, each rank's tokens, world size)."""
+    torch.save({"model_config": CFG.model_config_kwargs(), "params": params(),
+                "tokens": [local_tokens(r).clone() for r in range(WORLD)], "world": WORLD}, path)
+    path.chmod(0o644)
+    return path
 
 
 def expected_aux() -> dict[str, list[float]]:

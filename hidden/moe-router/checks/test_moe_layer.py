@@ -3,10 +3,15 @@
 HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
-Expected values come from ``moe_reference.py``, an independent re-implementation of the whole
-model from TASK.md (explicit attention, erf GELU, a token-by-token capacity queue), fed the
-same fixed parameters as the candidate's ``TinyLM``. Candidate code is imported inside the
-test bodies, so a broken candidate fails each check instead of breaking collection.
+These run in the judge's pytest, which never imports candidate code: the candidate's API is
+called through ``probes/moe_probe.py`` in a sealed process as the candidate uid
+(``grading.probe``), fed the fixed parameters and tokens from here as tensors, and its raw
+observations (outputs, gradients, attributes it changed, exceptions it raised) come back as
+data. A candidate whose code raises fails the check; one whose probe process crashes or hangs
+is reported as crash/hang. Expected values come from ``moe_reference.py``, an independent
+re-implementation of the whole model from TASK.md (explicit attention, erf GELU, a
+token-by-token capacity queue), fed the same fixed parameters as the candidate's ``TinyLM``,
+and every comparison is made here.
 """
 
 # HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
@@ -15,15 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 
-from conftest import candidate_on_path
+import moe_reference as R
+from grading import probe
 
-candidate_on_path()
-
-import moe_reference as R  # noqa: E402
-from oracle_util import load_candidate_model  # noqa: E402
+PROBE = "moe_probe"
+PROBE_TIMEOUT_S = 120.0
 
 # Measured (reference solution vs moe_reference.py, fp64, the three cases below): logits
 # 4.2e-15, aux 3.5e-18, gradients 6.5e-17. TASK.md allows routing "in at least fp32"; the
@@ -60,16 +63,17 @@ def test_moe_forward_matches_independent_reference(record_property: Any) -> None
                 "2.1e-7 / 1.7e-9 / 5.0e-9; spec departures move logits or aux by >= 1e-3")
     failures = []
     evidence = []
-    for cfg, seed in CASES:
-        params = R.make_params(cfg, seed)
-        model = load_candidate_model(cfg, params).train()
-        tokens = R.fixed_tokens(4, seed)
+    fixed = [(cfg, R.make_params(cfg, seed), R.fixed_tokens(4, seed)) for cfg, seed in CASES]
+    seen = probe.call(PROBE, "forward_cases", timeout_s=PROBE_TIMEOUT_S, cases=[
+        {"model_config": cfg.model_config_kwargs(), "params": params, "tokens": tokens}
+        for cfg, params, tokens in fixed])
+    for (cfg, params, tokens), got in zip(fixed, seen):
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        logits, aux = model(inputs)
-        assert type(logits) is torch.Tensor and type(aux) is torch.Tensor, \
-            f"forward returned {type(logits).__name__}, {type(aux).__name__}"
-        assert aux.dim() == 0, f"aux loss has shape {tuple(aux.shape)}, expected a 0-dim tensor"
-        (R.cross_entropy(logits, targets) + aux).backward()
+        assert got["plain_tensors"], \
+            f"forward returned {got['logits_type']}, {got['aux_type']}"
+        assert len(got["aux_shape"]) == 0, \
+            f"aux loss has shape {tuple(got['aux_shape'])}, expected a 0-dim tensor"
+        logits, aux = got["logits"], got["aux"]
 
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         ref = R.forward(leaves, inputs, cfg)
@@ -77,19 +81,16 @@ def test_moe_forward_matches_independent_reference(record_property: Any) -> None
         gap = min(s.topk_gap for s in ref.layers)
         assert gap > MIN_ROUTING_GAP, f"fixture problem: near-tie routing ({gap:g})"
 
-        d_logits = (logits.detach().double() - ref.logits.detach()).abs().max().item()
-        d_aux = abs(float(aux.detach()) - float(ref.aux.detach()))
-        named = dict(model.named_parameters())
+        d_logits = (logits.double() - ref.logits.detach()).abs().max().item()
+        d_aux = abs(float(aux) - float(ref.aux.detach()))
         d_grad: float | str = "not compared (parameter names differ from the export schema)"
-        if set(named) == set(params):
+        if set(got["param_names"]) == set(params):
             d_grad = 0.0
             for key, leaf in leaves.items():
-                got = named[key].grad
-                got = torch.zeros_like(leaf) if got is None else got.double()
-                d_grad = max(d_grad, (got - leaf.grad).abs().max().item())
-        model.eval()
-        with torch.no_grad():
-            e_logits, e_aux = model(inputs)
+                g = got["grads"][key]
+                g = torch.zeros_like(leaf) if g is None else g.double()
+                d_grad = max(d_grad, (g - leaf.grad).abs().max().item())
+        e_logits, e_aux = got["eval_logits"], got["eval_aux"]
         d_eval = max((e_logits.double() - ref.logits.detach()).abs().max().item(),
                      abs(float(e_aux) - float(ref.aux.detach())))
         dropped_tokens = sum(int((~s.kept).all(-1).sum()) for s in ref.layers)
@@ -111,115 +112,61 @@ def test_config_fields_and_validation(record_property: Any) -> None:
     """ModelConfig has moe_experts=0, moe_top_k=2, moe_capacity_factor=1.25, moe_aux_weight=0.01 by default; validate() raises ValueError for E<0 and, with E>0, for K<1, K>E, F<=0, W<0; train.py maps the four --moe-* flags onto them."""
     _record(record_property, oracle="reference", configurations="cpu-1", tolerance="exact",
             why="defaults and rejected settings are fixed by TASK.md")
-    from tinylm.config import ModelConfig
-
-    cfg = ModelConfig()
-    got = (cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor, cfg.moe_aux_weight)
-    record_property("defaults", repr(got))
-    assert got == (0, 2, 1.25, 0.01), f"defaults {got}"
-    for ok in (dict(moe_experts=4, moe_top_k=4), dict(moe_experts=4, moe_aux_weight=0.0),
-               dict(moe_experts=1, moe_top_k=1, moe_capacity_factor=0.1), dict(moe_experts=0)):
-        ModelConfig(**ok).validate()
+    valid = [dict(moe_experts=4, moe_top_k=4), dict(moe_experts=4, moe_aux_weight=0.0),
+             dict(moe_experts=1, moe_top_k=1, moe_capacity_factor=0.1), dict(moe_experts=0)]
     bad = [dict(moe_experts=-1), dict(moe_experts=4, moe_top_k=0),
            dict(moe_experts=4, moe_top_k=5), dict(moe_experts=4, moe_capacity_factor=0.0),
            dict(moe_experts=4, moe_capacity_factor=-1.0), dict(moe_experts=4, moe_aux_weight=-0.1)]
-    accepted = []
-    for kwargs in bad:
-        try:
-            ModelConfig(**kwargs).validate()
-        except ValueError:
-            continue
-        accepted.append(kwargs)
+    seen = probe.call(PROBE, "config_fields", timeout_s=PROBE_TIMEOUT_S, valid=valid,
+                      invalid=bad, flags=["--moe-experts", "6", "--moe-top-k", "3",
+                                          "--moe-capacity-factor", "0.75",
+                                          "--moe-aux-weight", "0.05"])
+    got = tuple(seen["defaults"])
+    record_property("defaults", seen["defaults_repr"])
+    assert got == (0, 2, 1.25, 0.01), f"defaults {seen['defaults_repr']}"
+    rejected = [(kwargs, raised) for kwargs, raised in zip(valid, seen["valid"], strict=True)
+                if raised]
+    assert not rejected, f"validate() raised for valid settings: {rejected}"
+    # Only ValueError is a rejection; anything else raised fails the check as an error would.
+    other = [(kwargs, raised) for kwargs, raised in zip(bad, seen["invalid"], strict=True)
+             if raised and "ValueError" not in raised]
+    assert not other, f"validate() raised something other than ValueError: {other}"
+    accepted = [kwargs for kwargs, raised in zip(bad, seen["invalid"], strict=True)
+                if raised is None]
     assert not accepted, f"validate() accepted invalid settings: {accepted}"
 
-    import importlib
-
-    train_mod = importlib.import_module("train")
-    parse = getattr(train_mod, "parse_args", None)
-    if parse is None:
+    assert "parse_error" not in seen, f"train.py's parse_args raised {seen['parse_error']}"
+    if not seen["has_parse"]:
         return  # the CLI is exercised by every training check instead
-    tc = parse(["--moe-experts", "6", "--moe-top-k", "3", "--moe-capacity-factor", "0.75",
-                "--moe-aux-weight", "0.05"])
-    m = tc.model
-    got = (m.moe_experts, m.moe_top_k, m.moe_capacity_factor, m.moe_aux_weight)
+    got = tuple(seen["flags"])
     assert got == (6, 3, 0.75, 0.05), f"train.py flags gave {got}"
-    d = parse([]).model
-    assert d.moe_experts == 0, "train.py without --moe-experts must keep the dense model"
-
-
-def _python_state(model: torch.nn.Module) -> dict[str, dict[str, Any]]:
-    """Every module's attributes outside parameters/buffers/submodules, by module name."""
-    skip = {"_parameters", "_buffers", "_modules"}
-    return {name: {k: v for k, v in vars(m).items() if k not in skip}
-            for name, m in model.named_modules()}
-
-
-def _attr_changes(before: dict[str, dict[str, Any]],
-                  after: dict[str, dict[str, Any]]) -> list[str]:
-    changes = []
-    for name in sorted(set(before) | set(after)):
-        a, b = before.get(name, {}), after.get(name, {})
-        for key in sorted(set(a) | set(b)):
-            where = f"{name or '<model>'}.{key}"
-            if key not in a or key not in b:
-                changes.append(f"{where} {'added' if key not in a else 'removed'}")
-                continue
-            x, y = a[key], b[key]
-            if x is y:
-                continue
-            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-                same = (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-                        and x.shape == y.shape and torch.equal(x, y))
-            else:
-                try:
-                    same = bool(x == y)
-                except Exception:  # noqa: BLE001 - an incomparable new object is a change
-                    same = False
-            if not same:
-                changes.append(f"{where} changed")
-    return changes
+    assert seen["default_experts"] == 0, \
+        "train.py without --moe-experts must keep the dense model"
 
 
 def test_eval_pure_and_stateless(record_property: Any) -> None:
     """With MoE, an eval() forward changes no parameter, buffer, RNG state or Python attribute and gives the same bits twice (grad on or off); a training forward+backward stashes nothing on the modules; outputs are two plain tensors, the aux loss 0-dim."""
     _record(record_property, oracle="metamorphic", configurations="cpu-1", tolerance="bitwise",
             why="TASK.md: eval is pure and deterministic; all state lives in parameters/buffers")
-    from tinylm.config import ModelConfig
-    from tinylm.model import TinyLM
-
-    torch.manual_seed(0)
-    model = TinyLM(ModelConfig(**R.Cfg().model_config_kwargs()))
     tokens = R.fixed_tokens(4, 21)[:, :-1]
+    seen = probe.call(PROBE, "eval_purity", timeout_s=PROBE_TIMEOUT_S,
+                      model_config=R.Cfg().model_config_kwargs(), tokens=tokens.clone())
+    train_changes = seen["train_changes"]
+    assert seen["train_outputs_ok"]
 
-    # A training step first, so any state that training would stash exists before eval.
-    model.train()
-    before_train = _python_state(model)
-    logits, aux = model(tokens)
-    (logits.mean() + aux).backward()
-    train_changes = _attr_changes(before_train, _python_state(model))
-    assert type(logits) is torch.Tensor and type(aux) is torch.Tensor and aux.dim() == 0
-    model.zero_grad(set_to_none=True)
-
-    model.eval()
-    sd_before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    py_before = _python_state(model)
-    rng_before = torch.get_rng_state()
-    out1 = model(tokens)
-    with torch.no_grad():
-        out2 = model(tokens)
-    rng_after = torch.get_rng_state()
-    eval_changes = _attr_changes(py_before, _python_state(model))
-    sd_after = model.state_dict()
+    sd_before, sd_after = seen["state_before"], seen["state_after"]
+    rng_before, rng_after = seen["rng_before"], seen["rng_after"]
+    eval_changes = seen["eval_changes"]
     state_changes = sorted(set(sd_before) ^ set(sd_after)) + [
         k for k in sd_before if k in sd_after and not torch.equal(sd_before[k], sd_after[k])]
     record_property("measured", f"train-mode attribute changes {train_changes[:5]}; eval-mode "
                     f"attribute changes {eval_changes[:5]}; state changes {state_changes[:5]}; "
                     f"rng unchanged {torch.equal(rng_before, rng_after)}")
-    assert all(type(t) is torch.Tensor for t in (*out1, *out2)), \
-        f"outputs are {[type(t).__name__ for t in (*out1, *out2)]}"
+    assert seen["outputs_plain"], f"outputs are {seen['output_types']}"
     assert not train_changes, f"a training forward stashed state on modules: {train_changes}"
     assert not eval_changes, f"an eval forward changed module attributes: {eval_changes}"
     assert not state_changes, f"an eval forward changed the state dict: {state_changes}"
     assert torch.equal(rng_before, rng_after), "an eval forward consumed the global RNG"
+    out1, out2 = seen["first"], seen["second"]
     assert torch.equal(out1[0], out2[0]) and torch.equal(out1[1], out2[1]), \
         "two eval forwards on the same input differ"

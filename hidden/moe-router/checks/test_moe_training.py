@@ -3,10 +3,14 @@
 HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
-The runs are the session fixtures of conftest.py (each launched once). Tolerances are the
-declared ones of QUALIFICATION.md (measured on the reference solution and the dense baseline):
-(a) cpu-1 vs gloo-ddp-2 in fp64 1e-10, (b) resume bitwise, (c) gloo-fsdp-2 vs gloo-ddp-2
-bitwise, (d) held-out loss within 0.07 above the reference's.
+The runs are the session fixtures of conftest.py (each launched once, as the candidate uid,
+into a job folder sealed before it is read); this process never imports candidate code. The
+checks read the runs' outputs as data (``weights_only`` tensors, JSON), and call the
+candidate's API (export schema, ``load_export``, the trainer's initial model) through
+``probes/moe_probe.py`` in a sealed process (``grading.probe``). Expected values are computed
+here. Tolerances are the declared ones of QUALIFICATION.md (measured on the reference solution
+and the dense baseline): (a) cpu-1 vs gloo-ddp-2 in fp64 1e-10, (b) resume bitwise,
+(c) gloo-fsdp-2 vs gloo-ddp-2 bitwise, (d) held-out loss within 0.07 above the reference's.
 """
 
 # HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
@@ -20,6 +24,8 @@ from typing import Any
 import pytest
 import torch
 
+import moe_reference as R
+import probe_balance_spec as P
 from conftest import (
     EQ_STEPS,
     RESUME_AT,
@@ -27,15 +33,13 @@ from conftest import (
     STARVE_STEPS,
     Run,
     baseline_dir,
-    candidate_on_path,
     train,
 )
+from grading import probe, sealed
+from oracle_util import compare_states
 
-candidate_on_path()
-
-import moe_reference as R  # noqa: E402
-import probe_balance_spec as P  # noqa: E402
-from oracle_util import compare_states, load_candidate_model  # noqa: E402
+PROBE = "moe_probe"
+PROBE_TIMEOUT_S = 120.0
 
 DDP_VS_ONE_FP64_TOL = 1e-10
 REFERENCE_HELDOUT = 2.8218724727630615  # reference, cpu-1 fp32 seed 0, 200 steps
@@ -113,23 +117,31 @@ def test_resume_ddp_bitwise(resume_pair: tuple[Run, Run | None], record_property
         f"{RESUME_AT}..{RESUME_STEPS - 1}"
 
 
+def _exception_repr(exc: Exception) -> str:
+    """How the evidence names an exception: the candidate's own, as it raised it."""
+    if isinstance(exc, probe.CandidateRaised):
+        name, _, message = exc.error.partition(": ")
+        return f"{name}({message!r})"
+    return repr(exc)
+
+
 def _idle_expert_slots() -> str:
     """Evidence: (rank, layer, expert) slots with no token at step 0 under the trainer's init."""
-    from tinylm.config import ModelConfig
-    from tinylm.data import MarkovLanguage, TokenStream, local_slice
-    from tinylm.model import TinyLM
-
     cfg = R.Cfg(experts=16, top_k=1, capacity_factor=16.0, aux_weight=0.0, ffn_hidden=32)
-    torch.manual_seed(0)  # the trainer's build_model: seed, then TinyLM(cfg)
-    model = TinyLM(ModelConfig(**cfg.model_config_kwargs())).double()
-    params = {k: v.detach() for k, v in model.state_dict().items()}
+    seen = probe.call(PROBE, "trainer_init", timeout_s=PROBE_TIMEOUT_S,
+                      model_config=cfg.model_config_kwargs(), vocab=64, seq_len=32,
+                      global_batch=2, seed=0, world=2)
+    if "error" in seen:
+        return f"could not compute: {seen['error']}"
+    params = seen["params"]
     if set(params) != set(R.schema(cfg)):
         return "unknown (state dict keys differ from the export schema)"
-    batch = TokenStream(MarkovLanguage(64, 32), 2, 0).next_global_batch()
+    if "slices_error" in seen:
+        return f"could not compute: {seen['slices_error']}"
     idle = []
     with torch.no_grad():
         for rank in range(2):
-            ref = R.forward(params, local_slice(batch, rank, 2)[:, :-1], cfg)
+            ref = R.forward(params, seen["slices"][rank][:, :-1], cfg)
             idle.append([int((s.counts == 0).sum()) for s in ref.layers])
     return f"idle experts per rank and layer at step 0: {idle} (total {sum(map(sum, idle))})"
 
@@ -147,8 +159,8 @@ def test_starved_expert_stays_synchronised(starvation_pair: tuple[Run, Run],
             runs=f"{one.evidence()}; {ddp.evidence()}")
     try:
         record_property("starvation", _idle_expert_slots())
-    except Exception as exc:  # noqa: BLE001 - evidence only
-        record_property("starvation", f"could not compute: {exc!r}")
+    except Exception as exc:  # noqa: BLE001 - evidence only (a crashed probe included)
+        record_property("starvation", f"could not compute: {_exception_repr(exc)}")
     one.require()
     ddp.require()
     cmp = compare_states(one.final_state(), ddp.final_state())
@@ -199,12 +211,11 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
             why="the schema is fixed by TASK.md; the reload runs the same fp32 code on the same "
                 "weights (measured 0), 1e-6 leaves room for a loader that casts differently",
             runs=ddp_fp64.evidence())
-    from tinylm.config import ModelConfig
-    from tinylm.export import export_schema, load_export
-
     cfg = R.Cfg()
     want = R.schema(cfg)
-    got_schema = {k: tuple(v) for k, v in export_schema(ModelConfig(**cfg.model_config_kwargs())).items()}
+    got_schema = {k: tuple(v) for k, v in probe.call(PROBE, "export_schema",
+                                                     timeout_s=PROBE_TIMEOUT_S,
+                                                     model_config=cfg.model_config_kwargs())}
     schema_diff = sorted(set(want) ^ set(got_schema)) + [
         k for k in want if k in got_schema and got_schema[k] != want[k]]
     ddp_fp64.require()
@@ -231,15 +242,15 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
     # load_export must rebuild the MoE model: the same outputs as the candidate's own TinyLM
     # holding the exported weights (the routing itself is checked by the forward reference
     # check, so a routing defect is not counted twice here).
-    model = load_export(path).eval()
-    direct = load_candidate_model(cfg, dict(sd), dtype=torch.float32).eval()
     tokens = R.fixed_tokens(4, 31)[:, :-1]
-    with torch.no_grad():
-        logits, aux = model(tokens)
-        want_logits, want_aux = direct(tokens)
+    # The sealed export (root-owned, read-only to the candidate) is loaded by its own loader.
+    seen = probe.call(PROBE, "reload_export", timeout_s=PROBE_TIMEOUT_S, path=str(path),
+                      model_config=cfg.model_config_kwargs(), params=dict(sd), tokens=tokens)
+    logits, aux = seen["logits"], seen["aux"]
+    want_logits, want_aux = seen["direct_logits"], seen["direct_aux"]
     d = max((logits - want_logits).abs().max().item(), abs(float(aux) - float(want_aux)))
     record_property("reload_max_abs_diff", d)
-    assert isinstance(model, torch.nn.Module) and d <= 1e-6, \
+    assert seen["is_module"] and d <= 1e-6, \
         f"load_export's model differs from TinyLM(cfg) with the exported weights by {d:g}"
 
 
@@ -255,8 +266,10 @@ def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
     args = ["--steps", "20", "--seed", "0", "--global-batch", "16"]
     runs = {}
     for name, root in (("dense-baseline", base), ("dense-candidate", None)):
-        export = runs_dir / name / "model.pt"
-        runs[name] = train(name, "cpu-1", [*args, "--export", str(export)], runs_dir, root=root)
+        # Both run as the candidate uid (the baseline's train.py too), each in a job folder.
+        out = sealed.job_dir(name)
+        runs[name] = train(name, "cpu-1", [*args, "--export", str(out / "model.pt")],
+                           runs_dir, root=root, out=out)
     b, c = runs["dense-baseline"].require(), runs["dense-candidate"]
     record_property("runs", f"{b.evidence()}; {c.evidence()}")
     c.require()

@@ -1,17 +1,17 @@
-# HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
 """2-rank probe of the balance statistics (run by the grading launcher, one process per rank).
 
-Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+usage: python probe_balance.py OUT_DIR INPUTS   (cwd: the candidate tree, on PYTHONPATH)
 
-usage: python probe_balance.py OUT_DIR CHECKS_DIR   (cwd: the candidate tree, on PYTHONPATH)
-
-Each rank builds the candidate's one-layer MoE TinyLM (fp64) with the fixed reference parameters, wraps it
-with the candidate's own ``tinylm.distributed.setup("gloo-ddp-2")`` / ``parallelize`` (DDP),
-runs one training forward and backward on its slice of a fixed global batch and records the
-aux loss. Then rank 0 alone runs an eval-mode forward of the unwrapped model while rank 1 runs
-no collective and only waits for a marker file: an eval forward that runs a collective blocks
-rank 0, rank 1 gives up after EVAL_WAIT_S and exits 3, and the launcher names it. The ranks
-leave with os._exit after their last collective (no teardown), so only the MoE is on trial.
+Runs as the candidate uid and is readable by it: it holds no expected value and no canary.
+INPUTS (written by the checks, read with ``weights_only``) holds the model config, the fixed
+parameters, each rank's tokens and the world size. Each rank builds the candidate's one-layer
+MoE TinyLM (fp64) with those parameters, wraps it with the candidate's own
+``tinylm.distributed.setup("gloo-ddp-2")`` / ``parallelize`` (DDP), runs one training forward
+and backward on its tokens and records the aux loss. Then rank 0 alone runs an eval-mode
+forward of the unwrapped model while rank 1 runs no collective and only waits for a marker
+file: an eval forward that runs a collective blocks rank 0, rank 1 gives up after EVAL_WAIT_S
+and exits 3, and the launcher names it. The ranks leave with os._exit after their last
+collective (no teardown), so only the MoE is on trial. The checks compare the aux losses.
 """
 
 from __future__ import annotations
@@ -22,13 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-OUT = Path(sys.argv[1])
-sys.path.insert(0, sys.argv[2])
+import torch
 
-import torch  # noqa: E402
-
-import probe_balance_spec as P  # noqa: E402
-from oracle_util import load_candidate_model  # noqa: E402
+from moe_probe import load_candidate_model
 
 EVAL_WAIT_S = 30.0
 
@@ -46,24 +42,25 @@ def wait_for(path: Path, rank: int, what: str) -> None:
         time.sleep(0.05)
 
 
-def main() -> None:
+def main(out: Path, inputs_path: Path) -> None:
     from tinylm.distributed import parallelize, setup
 
+    inputs = torch.load(inputs_path, map_location="cpu", weights_only=True)
     rt = setup("gloo-ddp-2")
     rank, world = rt.rank, rt.world_size
     say(rank, f"process group up (world {world})")
-    if world != P.WORLD:
-        raise SystemExit(f"probe expects {P.WORLD} ranks, got {world}")
-    model = load_candidate_model(P.CFG, P.params())
+    if world != inputs["world"]:
+        raise SystemExit(f"probe expects {inputs['world']} ranks, got {world}")
+    model = load_candidate_model(inputs["model_config"], inputs["params"])
     wrapped = parallelize(model, rt)
-    tokens = P.local_tokens(rank)
+    tokens = inputs["tokens"][rank]
     wrapped.train()
     logits, aux = wrapped(tokens)
     (logits.double().mean() + aux).backward()  # DDP waits for its all-reduces here
     say(rank, f"training forward/backward done, aux {float(aux.detach())!r}")
     result = {"rank": rank, "world": world, "train_aux": float(aux.detach()),
               "train_aux_type": type(aux).__name__, "train_aux_dim": aux.dim()}
-    done = OUT / "eval_done"
+    done = out / "eval_done"
     if rank == 0:
         model.eval()
         started = time.monotonic()
@@ -76,16 +73,16 @@ def main() -> None:
     else:
         wait_for(done, rank, "rank 0's eval-mode forward (run on rank 0 alone, so it must run "
                  "no collective) returning")
-    (OUT / f"rank{rank}.json").write_text(json.dumps(result) + "\n")
+    (out / f"rank{rank}.json").write_text(json.dumps(result) + "\n")
     # No collective is pending (DDP's backward waited for its all-reduces); leave without a
     # barrier or destroy_process_group, which the probe does not test. Rank 0 hosts the store,
     # so it leaves last.
     if rank == 0:
-        wait_for(OUT / "rank1.json", rank, "rank 1 finishing")
+        wait_for(out / "rank1.json", rank, "rank 1 finishing")
     say(rank, "finished")
     sys.stdout.flush()
     os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -1,0 +1,324 @@
+"""Candidate side of the moe-router checks: drive ``tinylm``'s API, return raw observations.
+
+Runs as the candidate uid through ``grading.probe`` (and, for ``load_candidate_model``, inside
+the 2-rank ``probe_balance.py``), and is readable by it, so it holds no expected value and no
+canary: the checks (judge side) compute the references and decide. Fixed parameters and
+tokens come in from the checks as tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _no_exit(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A candidate that calls ``sys.exit`` (argparse on an unknown flag) raised, as it did when
+    the checks called it in-process (pytest reports SystemExit as a failure, not a crash)."""
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except SystemExit as exc:
+            raise RuntimeError(f"SystemExit: {exc.code!r}") from exc
+
+    return wrapper
+
+
+def _value(x: Any) -> Any:
+    """A returned object as data: a plain tensor (subclasses unwrapped), a number, or repr."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().as_subclass(torch.Tensor).clone()
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return float(x)
+    if isinstance(x, str):
+        return str(x)
+    return repr(x)
+
+
+def _type_name(x: Any) -> str:
+    return type(x).__name__
+
+
+def _is_tensor(x: Any) -> bool:
+    return type(x) is torch.Tensor
+
+
+def _mro(exc: BaseException) -> list[str]:
+    return [c.__name__ for c in type(exc).__mro__]
+
+
+def load_candidate_model(model_config: dict[str, Any], params: dict[str, torch.Tensor],
+                         dtype: torch.dtype = torch.float64) -> torch.nn.Module:
+    """The candidate's TinyLM for ``ModelConfig(**model_config)`` holding ``params``
+    (export-schema keys).
+
+    The state dict is expected to use the export schema's names (the export is the full state
+    dict); a candidate that names its modules differently is given the parameters through its
+    own ``load_export`` instead, so only the documented interface is relied on.
+    """
+    from tinylm.config import ModelConfig
+    from tinylm.model import TinyLM
+
+    mcfg = ModelConfig(**model_config)
+    torch.manual_seed(0)
+    model = TinyLM(mcfg).to(dtype)
+    if set(model.state_dict()) == set(params):
+        model.load_state_dict({k: v.to(dtype) for k, v in params.items()}, strict=True)
+        return model
+    from tinylm.export import load_export
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "params.pt"
+        torch.save({"format": "tinylm-export-v1", "model_config": dataclasses.asdict(mcfg),
+                    "state_dict": {k: v.to(torch.float32).contiguous()
+                                   for k, v in params.items()}}, path)
+        model = load_export(path)
+    # The checks' parameters are float32-representable, so the detour loses no bit.
+    model = model.to(dtype)
+    return model
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The loss the forward check differentiates (mean token cross-entropy, in fp64)."""
+    logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).to(torch.float64), dim=-1)
+    return -logp.gather(1, targets.reshape(-1, 1)).mean()
+
+
+@_no_exit
+def forward_cases(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per case (``model_config``, ``params``, ``tokens`` [B, T + 1]): the candidate's fp64
+    TinyLM holding ``params``, in training mode: its forward on ``tokens[:, :-1]`` (output
+    types, logits, aux), the gradients of cross-entropy + aux, then an eval-mode forward.
+
+    Stops after the first case whose outputs are not two plain tensors with a 0-dim aux.
+    """
+    out: list[dict[str, Any]] = []
+    for case in cases:
+        params = case["params"]
+        tokens = case["tokens"]
+        model = load_candidate_model(case["model_config"], params).train()
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        logits, aux = model(inputs)
+        seen: dict[str, Any] = {
+            "logits_type": _type_name(logits), "aux_type": _type_name(aux),
+            "plain_tensors": _is_tensor(logits) and _is_tensor(aux),
+        }
+        out.append(seen)
+        if not seen["plain_tensors"]:
+            return out
+        seen["aux_shape"] = list(aux.shape)
+        if aux.dim() != 0:
+            return out
+        (_cross_entropy(logits, targets) + aux).backward()
+        named = dict(model.named_parameters())
+        seen["logits"] = _value(logits)
+        seen["aux"] = _value(aux)
+        seen["param_names"] = sorted(named)
+        seen["grads"] = ({k: None if p.grad is None else _value(p.grad) for k, p in named.items()}
+                         if set(named) == set(params) else {})
+        model.eval()
+        with torch.no_grad():
+            e_logits, e_aux = model(inputs)
+        seen["eval_logits"] = _value(e_logits)
+        seen["eval_aux"] = _value(e_aux)
+    return out
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return float(x)
+    if isinstance(x, str):
+        return str(x)
+    return repr(x)
+
+
+def _validate_raises(settings: list[dict[str, Any]]) -> list[list[str] | None]:
+    """For each setting: None when ``ModelConfig(**s).validate()`` passes, else the class names
+    (MRO) of what it raised."""
+    from tinylm.config import ModelConfig
+
+    found: list[list[str] | None] = []
+    for kwargs in settings:
+        try:
+            ModelConfig(**kwargs).validate()
+        except Exception as exc:  # noqa: BLE001 - reported as data, the check decides
+            found.append(_mro(exc))
+            continue
+        found.append(None)
+    return found
+
+
+@_no_exit
+def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
+                  flags: list[str]) -> dict[str, Any]:
+    """``ModelConfig()``'s four MoE fields; what ``validate()`` raises for each setting;
+    ``train.parse_args(flags)`` and ``parse_args([])``'s MoE fields (``has_parse`` False when
+    train.py has no ``parse_args``). A stage that raised is reported as its exception."""
+    from tinylm.config import ModelConfig
+
+    cfg = ModelConfig()
+    got = (cfg.moe_experts, cfg.moe_top_k, cfg.moe_capacity_factor, cfg.moe_aux_weight)
+    out: dict[str, Any] = {"defaults": [_plain(v) for v in got], "defaults_repr": repr(got),
+                           "valid": _validate_raises(valid),
+                           "invalid": _validate_raises(invalid)}
+    try:
+        import importlib
+
+        train_mod = importlib.import_module("train")
+        parse = getattr(train_mod, "parse_args", None)
+        out["has_parse"] = parse is not None
+        if parse is None:
+            return out
+        m = parse(flags).model
+        out["flags"] = [_plain(v) for v in (m.moe_experts, m.moe_top_k, m.moe_capacity_factor,
+                                            m.moe_aux_weight)]
+        out["default_experts"] = _plain(parse([]).model.moe_experts)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the check fails with it
+        code = f"SystemExit: {exc.code!r}" if isinstance(exc, SystemExit) else None
+        out["parse_error"] = code or f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def _python_state(model: torch.nn.Module) -> dict[str, dict[str, Any]]:
+    """Every module's attributes outside parameters/buffers/submodules, by module name."""
+    skip = {"_parameters", "_buffers", "_modules"}
+    return {name: {k: v for k, v in vars(m).items() if k not in skip}
+            for name, m in model.named_modules()}
+
+
+def _attr_changes(before: dict[str, dict[str, Any]],
+                  after: dict[str, dict[str, Any]]) -> list[str]:
+    """Which module attributes were added, removed or rebound to a different value."""
+    changes = []
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name, {}), after.get(name, {})
+        for key in sorted(set(a) | set(b)):
+            where = f"{name or '<model>'}.{key}"
+            if key not in a or key not in b:
+                changes.append(f"{where} {'added' if key not in a else 'removed'}")
+                continue
+            x, y = a[key], b[key]
+            if x is y:
+                continue
+            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+                same = (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+                        and x.shape == y.shape and torch.equal(x, y))
+            else:
+                try:
+                    same = bool(x == y)
+                except Exception:  # noqa: BLE001 - an incomparable new object is a change
+                    same = False
+            if not same:
+                changes.append(f"{where} changed")
+    return changes
+
+
+@_no_exit
+def eval_purity(model_config: dict[str, Any], tokens: torch.Tensor) -> dict[str, Any]:
+    """The candidate's ``TinyLM(ModelConfig(**model_config))`` (seed 0): a training
+    forward+backward on ``tokens`` (module attributes it changed, output types), then in eval
+    mode two forwards (grad on, then off) with the state dict, module attributes and global RNG
+    state around them. Stops after the training step if its outputs are not two plain tensors
+    with a 0-dim aux."""
+    from tinylm.config import ModelConfig
+    from tinylm.model import TinyLM
+
+    torch.manual_seed(0)
+    model = TinyLM(ModelConfig(**model_config))
+
+    # A training step first, so any state that training would stash exists before eval.
+    model.train()
+    before_train = _python_state(model)
+    logits, aux = model(tokens)
+    (logits.mean() + aux).backward()
+    out: dict[str, Any] = {"train_changes": _attr_changes(before_train, _python_state(model))}
+    out["train_outputs_ok"] = _is_tensor(logits) and _is_tensor(aux) and aux.dim() == 0
+    if not out["train_outputs_ok"]:
+        return out
+    model.zero_grad(set_to_none=True)
+
+    model.eval()
+    out["state_before"] = {k: _value(v) for k, v in model.state_dict().items()}
+    py_before = _python_state(model)
+    out["rng_before"] = torch.get_rng_state()
+    out1 = model(tokens)
+    with torch.no_grad():
+        out2 = model(tokens)
+    out["rng_after"] = torch.get_rng_state()
+    out["eval_changes"] = _attr_changes(py_before, _python_state(model))
+    out["state_after"] = {k: _value(v) for k, v in model.state_dict().items()}
+    out["output_types"] = [_type_name(t) for t in (*out1, *out2)]
+    out["outputs_plain"] = all(_is_tensor(t) for t in (*out1, *out2))
+    out["first"] = [_value(t) for t in out1[:2]]
+    out["second"] = [_value(t) for t in out2[:2]]
+    return out
+
+
+@_no_exit
+def trainer_init(model_config: dict[str, Any], vocab: int, seq_len: int, global_batch: int,
+                 seed: int, world: int) -> dict[str, Any]:
+    """The trainer's initial model (seed, then ``TinyLM(cfg)``, in fp64) and each rank's slice
+    of its first global batch (``TokenStream(MarkovLanguage(vocab, seq_len), global_batch,
+    seed)``). A stage that raised is reported as the exception's repr."""
+    try:
+        from tinylm.config import ModelConfig
+        from tinylm.data import MarkovLanguage, TokenStream, local_slice
+        from tinylm.model import TinyLM
+
+        torch.manual_seed(seed)  # the trainer's build_model: seed, then TinyLM(cfg)
+        model = TinyLM(ModelConfig(**model_config)).double()
+    except Exception as exc:  # noqa: BLE001 - reported as data (the checks' evidence)
+        return {"error": repr(exc)}
+    out: dict[str, Any] = {"params": {k: _value(v) for k, v in model.state_dict().items()}}
+    try:
+        batch = TokenStream(MarkovLanguage(vocab, seq_len), global_batch,
+                            seed).next_global_batch()
+        out["slices"] = [_value(local_slice(batch, rank, world)) for rank in range(world)]
+    except Exception as exc:  # noqa: BLE001 - reported as data, the check decides
+        out["slices_error"] = repr(exc)
+    return out
+
+
+@_no_exit
+def export_schema(model_config: dict[str, Any]) -> list[list[Any]]:
+    """``tinylm.export.export_schema(ModelConfig(**model_config))`` as [key, shape] pairs."""
+    from tinylm.config import ModelConfig
+    from tinylm.export import export_schema as schema
+
+    return [[_plain(k), [_plain(x) for x in tuple(v)]]
+            for k, v in schema(ModelConfig(**model_config)).items()]
+
+
+@_no_exit
+def reload_export(path: str, model_config: dict[str, Any], params: dict[str, torch.Tensor],
+                  tokens: torch.Tensor) -> dict[str, Any]:
+    """``load_export(path)`` and the candidate's ``TinyLM`` holding ``params`` (fp32), both in
+    eval mode: their outputs on ``tokens`` (no grad)."""
+    from tinylm.export import load_export
+
+    model = load_export(Path(path)).eval()
+    direct = load_candidate_model(model_config, dict(params), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits, aux = model(tokens)
+        want_logits, want_aux = direct(tokens)
+    return {"is_module": isinstance(model, torch.nn.Module),
+            "logits": _value(logits), "aux": _value(aux),
+            "direct_logits": _value(want_logits), "direct_aux": _value(want_aux)}
