@@ -362,8 +362,15 @@ def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
                             stderr=subprocess.PIPE, text=True)
     attempt = tmp_path / "runs" / "fixture" / SESSION / "attempt-1"
     deadline = time.monotonic() + 120
-    while b"sleep 60" not in ((attempt / records.TRANSCRIPT_NAME).read_bytes()
-                              if (attempt / records.TRANSCRIPT_NAME).exists() else b""):
+
+    def sleeping() -> bool:  # the command runs in the container, not just recorded as called
+        try:
+            return any("sleep 60" in row[-1] for box in session_containers(client, SESSION)
+                       for row in box.top().get("Processes") or [])
+        except docker.errors.APIError:  # created, not started yet
+            return False
+
+    while not sleeping():
         assert time.monotonic() < deadline and proc.poll() is None, "never reached sleep 60"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
