@@ -8,12 +8,19 @@ Every expensive run (a `train.py` process, or two ranks of one) happens at most 
 pytest process and is shared by the checks that need it. A run that crashes or hangs is
 recorded, not raised: the checks that need it fail with the launcher's detail (which rank,
 exit code or signal, the tail of its log), and no later check launches it again.
+
+Runs are sealed (``grading.sealed``): every rank runs as the candidate uid, the pristine
+baseline's runs included, and writes only into a job folder made for it (``--out``,
+``--ckpt``, ``--export`` and the FSDP probe's reports all go there); rank logs stay in the
+judge's own runs folder. When the launch is over (no candidate process left) the job folder is
+sealed, and only then are its expected outputs checked and read, as data.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +28,11 @@ from typing import Any
 import pytest
 import torch
 
+from grading import sealed
 from grading.launch import LaunchResult, launch
+from grading.probe import probes_dir
 from oracle_lib import EQ_STEPS, PATTERN, RESUME_AT, baseline_dir, run_env, workdir
 
-CHECKS = Path(__file__).resolve().parent
 # Wall limits per run. Measured on a loaded 2-core host (QUALIFICATION.md): 20-step runs
 # take 5-15 s with start-up, the 200-step quality run 21 s. Kept below the grader's 300 s
 # per-test watchdog so a hang is reported by the launcher (naming the rank), not by pytest's
@@ -35,7 +43,7 @@ QUALITY_RUN_TIMEOUT_S = 240.0
 
 @dataclass
 class Run:
-    """One finished (or failed) launch of train.py or a probe."""
+    """One finished (or failed) launch of train.py or a probe; ``out`` is its sealed job folder."""
 
     name: str
     out: Path
@@ -92,6 +100,27 @@ def _tail(path: Path, chars: int = 2500) -> str:
     return text[-chars:]
 
 
+def _sealed_outputs(result: LaunchResult, job: Path,
+                    expected: Callable[[int], list[Path]]) -> LaunchResult:
+    """Seal ``job`` (the launch reaped every candidate process), then check what each rank had
+    to leave there: a rank that exited 0 without its outputs makes the run a crash naming it,
+    worded as ``grading.launch`` words it."""
+    sealed.seal(job)
+    if result.outcome != "ok":
+        return result
+    ranks = [r.model_copy(update={"missing_outputs": [
+        str(p) for p in expected(r.rank) if not p.is_file() or p.is_symlink()]})
+        for r in result.ranks]
+    empty = [r.rank for r in ranks if r.missing_outputs]
+    if not empty:
+        return result
+    return result.model_copy(update={
+        "outcome": "crash", "culprit_ranks": empty, "ranks": ranks,
+        "detail": f"rank(s) {empty} exited 0 but left no output "
+                  f"({ranks[empty[0]].missing_outputs[0]})",
+    })
+
+
 def launch_train(
     name: str,
     base: Path,
@@ -100,30 +129,31 @@ def launch_train(
     nproc: int,
     root: Path | None = None,
     timeout_s: float = SHORT_RUN_TIMEOUT_S,
+    job: Path | None = None,
 ) -> Run:
-    """Run ``train.py`` of ``root`` (default: the graded tree) with ``nproc`` ranks."""
+    """Run ``train.py`` of ``root`` (default: the graded tree) with ``nproc`` ranks as the
+    candidate uid, outputs in ``job`` (default: a new job folder), logs under ``base/name``."""
     root = root or workdir()
-    out = base / name
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "train.py", *args, "--out", str(out / "run")]
-    expected = [out / "run" / "summary.json", out / "run" / "final_state.pt"]
+    job = job or sealed.job_dir(name)
+    argv = [sys.executable, "train.py", *args, "--out", str(job / "run")]
+    expected = [job / "run" / "summary.json", job / "run" / "final_state.pt"]
     result = launch(argv, nproc=nproc, cwd=root, env=run_env(root), timeout_s=timeout_s,
-                    log_dir=out / "logs", grace_s=10.0,
-                    expected_outputs=lambda rank: expected if rank == 0 else [])
-    return Run(name=name, out=out, result=result)
+                    log_dir=base / name / "logs", grace_s=10.0)
+    result = _sealed_outputs(result, job, lambda rank: expected if rank == 0 else [])
+    return Run(name=name, out=job, result=result)
 
 
 def launch_script(name: str, base: Path, script: Path, args: list[str], *, nproc: int,
                   timeout_s: float = SHORT_RUN_TIMEOUT_S) -> Run:
-    """Run one of the checks' own probe scripts against the graded tree's package."""
+    """Run one of the task's probe scripts (``probes/``, as the candidate uid) against the
+    graded tree's package; it writes into a job folder given as its first argument."""
     root = workdir()
-    out = base / name
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, str(script), str(out), *args]
+    job = sealed.job_dir(name)
+    argv = [sys.executable, str(script), str(job), *args]
     result = launch(argv, nproc=nproc, cwd=root, env=run_env(root), timeout_s=timeout_s,
-                    log_dir=out / "logs", grace_s=10.0,
-                    expected_outputs=lambda rank: [out / f"probe-rank{rank}.json"])
-    return Run(name=name, out=out, result=result)
+                    log_dir=base / name / "logs", grace_s=10.0)
+    result = _sealed_outputs(result, job, lambda rank: [job / f"probe-rank{rank}.json"])
+    return Run(name=name, out=job, result=result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +162,7 @@ def launch_script(name: str, base: Path, script: Path, args: list[str], *, nproc
 
 @pytest.fixture(scope="session")
 def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The judge's folder for run logs (its own temp folder, closed to the candidate)."""
     return tmp_path_factory.mktemp("hybrid-runs")
 
 
@@ -158,9 +189,10 @@ def fsdp_fp64(runs_dir: Path) -> Run:
 @pytest.fixture(scope="session")
 def ddp_fp32_ckpt(runs_dir: Path) -> Run:
     """Uninterrupted gloo-ddp-2 fp32 run that also checkpoints at step 10."""
-    ckpt = runs_dir / "ddp-fp32-ckpt" / "ckpt"
+    job = sealed.job_dir("ddp-fp32-ckpt")
     return launch_train("ddp-fp32-ckpt", runs_dir, _eq_args(
-        "gloo-ddp-2", "fp32", "--save-every", str(RESUME_AT), "--ckpt", str(ckpt)), nproc=2)
+        "gloo-ddp-2", "fp32", "--save-every", str(RESUME_AT), "--ckpt", str(job / "ckpt")),
+        nproc=2, job=job)
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +215,8 @@ def ddp_fp32_resumed(runs_dir: Path, ddp_fp32_ckpt: Run) -> Run:
 
 @pytest.fixture(scope="session")
 def fsdp_probe(runs_dir: Path) -> Run:
-    return launch_script("fsdp-probe", runs_dir, CHECKS / "fsdp_probe.py", [PATTERN], nproc=2)
+    return launch_script("fsdp-probe", runs_dir, probes_dir() / "fsdp_probe.py", [PATTERN],
+                         nproc=2)
 
 
 @pytest.fixture(scope="session")
@@ -197,23 +230,26 @@ def quality_run(runs_dir: Path) -> Run:
 @pytest.fixture(scope="session")
 def cli_run(runs_dir: Path) -> Run:
     """A short CLI run with a 3-character pattern and no --n-layers, exported."""
+    job = sealed.job_dir("cli-amm")
     run = launch_train("cli-amm", runs_dir,
                        ["--config", "cpu-1", "--layer-pattern", "AMM", "--steps", "2",
-                        "--export", str(runs_dir / "cli-amm" / "model.pt2")], nproc=1)
+                        "--export", str(job / "model.pt2")], nproc=1, job=job)
     return run
 
 
 @pytest.fixture(scope="session")
 def baseline_cpu1(runs_dir: Path) -> Run:
-    """The pristine baseline: cpu-1 fp32, 20 steps, checkpoint at step 10."""
+    """The pristine baseline: cpu-1 fp32, 20 steps, checkpoint at step 10 (run like the
+    candidate's runs, as the candidate uid in a job folder)."""
     root = baseline_dir()
     if root is None:
         return Run(name="baseline-cpu1", out=runs_dir / "baseline-cpu1",
                    skipped="GRADING_BASELINE is not set")
-    ckpt = runs_dir / "baseline-cpu1" / "ckpt"
+    job = sealed.job_dir("baseline-cpu1")
     return launch_train("baseline-cpu1", runs_dir,
                         ["--config", "cpu-1", "--steps", str(EQ_STEPS), "--save-every",
-                         str(RESUME_AT), "--ckpt", str(ckpt)], nproc=1, root=root)
+                         str(RESUME_AT), "--ckpt", str(job / "ckpt")], nproc=1, root=root,
+                        job=job)
 
 
 @pytest.fixture(scope="session")

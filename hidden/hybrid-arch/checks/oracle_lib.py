@@ -1,16 +1,19 @@
 # HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
-"""Helpers shared by the hybrid-arch checks: candidate import, comparisons, the allow-list.
+"""Helpers shared by the hybrid-arch checks (judge side): comparisons, the allow-list, probes.
 
 HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
+
+Nothing here imports candidate code: the candidate's API is called through
+``probes/hybrid_probe.py`` in a sealed candidate process (``grading.probe``), and what comes
+back (tensors, numbers, key lists, files in a sealed job folder) is read as data.
 """
 
 from __future__ import annotations
 
-import importlib
+import json
 import os
-import sys
+import zipfile
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -30,8 +33,10 @@ def baseline_dir() -> Path | None:
 
 
 def run_env(root: Path) -> dict[str, str]:
-    """Environment of a train.py process: the grader's, importing ``root``'s package."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """Environment of a train.py process (run as the candidate uid): the grader's, importing
+    ``root``'s package."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith("PYTEST_")}
     env.update({
         "PYTHONPATH": str(root),
         "OMP_NUM_THREADS": "1",
@@ -70,39 +75,50 @@ GLOBAL_KEYS = frozenset({"tok_embeddings.weight", "pos_embeddings.weight", "norm
                          "output.weight"})
 
 
-def candidate(module: str = "hybridlm.model") -> ModuleType:
-    """A module of the candidate's package, imported from GRADING_WORKDIR."""
-    torch.set_num_threads(1)
-    root = os.environ["GRADING_WORKDIR"]
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module(module)
+PROBE = "hybrid_probe"  # probes/hybrid_probe.py
+# Candidate models in the mixer checks get N(0, 0.3) weights, so logits are O(1) and
+# comparisons mean something (at the 0.02 init scale every comparison passes trivially).
+SCALED_STD = 0.3
+# A torch.export archive's JSON parts are a few hundred KB for these models.
+MAX_ARCHIVE_JSON_BYTES = 64 * 1024 * 1024
 
 
-def graph_ops(program: Any) -> set[str]:
-    """Operator names of an exported program, walked here (not by the candidate's code)."""
+def _archive_json(zf: zipfile.ZipFile, suffix: str) -> Any:
+    hits = [info for info in zf.infolist() if info.filename.endswith(suffix)]
+    assert len(hits) == 1, f"{len(hits)} members named *{suffix} in the archive (want 1)"
+    assert hits[0].file_size <= MAX_ARCHIVE_JSON_BYTES, f"{hits[0].filename} is too large"
+    return json.loads(zf.read(hits[0]))
+
+
+def exported_graph(path: Path) -> tuple[set[str], set[str]]:
+    """Operator names and state-dict keys of a ``torch.export.save`` archive, walked here.
+
+    ``torch.export.load`` unpickles parts of an archive (falling back to ``weights_only=False``),
+    so the judge never calls it on a file candidate code wrote. It reads the archive's JSON
+    instead (the serialised graph ``models/model.json`` and the weights' index
+    ``data/weights/model_weights_config.json``) with ``zipfile`` and ``json``, which run nothing
+    from the file. Names are those of the in-memory graph (``str(OpOverload)``, e.g.
+    ``aten.linear.default``; Python operators by bare name): the serialised target drops its
+    ``torch.ops.``/``_operator.`` prefix, and since serialisation folds FX's ``getitem`` nodes
+    (which unpack a multi-output op) into that op's outputs, ``getitem`` is counted wherever a
+    node has several outputs or a list output. The keys are those of ``program.state_dict``.
+    """
+    with zipfile.ZipFile(path) as zf:
+        model = _archive_json(zf, "/models/model.json")
+        weights = _archive_json(zf, "/data/weights/model_weights_config.json")
     ops = set()
-    for node in program.graph.nodes:
-        if node.op == "call_function":
-            t = node.target
-            ops.add(t.__name__ if getattr(t, "__module__", None) == "_operator" else str(t))
-    return ops
-
-
-def scaled_model(pattern: str, dtype: torch.dtype = torch.float64, seed: int = 0) -> Any:
-    """A candidate model with N(0, 0.3) weights, so logits are O(1) and comparisons mean
-    something (at the 0.02 init scale every comparison passes trivially)."""
-    m = candidate()
-    torch.manual_seed(seed)
-    model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern))
-    model = model.to(dtype).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(std=0.3)
-    return model
+    for node in model["graph_module"]["graph"]["nodes"]:
+        target = node["target"]
+        assert isinstance(target, str), f"a graph node's target is {target!r}"
+        ops.add(target.removeprefix("torch.ops.").removeprefix("_operator."))
+        outputs = node.get("outputs") or []
+        if len(outputs) > 1 or any(isinstance(o, dict) and "as_tensors" in o for o in outputs):
+            ops.add("getitem")
+    return ops, set(weights["config"])
 
 
 def tokens(batch: int = 3, seqlen: int = 32, seed: int = 1) -> torch.Tensor:
+    """Token batches the checks feed the candidate's models (generated here, on the judge)."""
     return torch.randint(0, 64, (batch, seqlen), generator=torch.Generator().manual_seed(seed))
 
 

@@ -3,14 +3,20 @@
 
 HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
+
+Every train.py process runs as the candidate uid (``grading.run``/``grading.launch``); the
+judge reads the sealed outputs as data.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from grading.probe import CandidateRunFailed
+from grading.run import run_command
 from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 
 # Quality band for the held-out loss of `train.py --config cpu-1 --layer-pattern AMAM --seed 0`
@@ -22,6 +28,7 @@ from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 # a held-out loss below it means the model sees tokens it must predict (a non-causal mixer).
 QUALITY_REFERENCE = 0.639
 QUALITY_LOW, QUALITY_HIGH = 0.55, 0.68
+BAD_PATTERN_TIMEOUT_S = 120
 
 
 def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, record_property: Any) -> None:
@@ -43,11 +50,17 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, record_property: A
     assert problems == [], problems
 
     root = workdir()
-    proc = subprocess.run([sys.executable, "train.py", "--config", "cpu-1", "--layer-pattern",
-                           "AXA", "--steps", "1"], cwd=root, env=run_env(root),
-                          capture_output=True, text=True, timeout=120)
-    record_property("bad_pattern_exit_code", proc.returncode)
-    assert proc.returncode != 0, "--layer-pattern AXA was accepted"
+    log = Path(tempfile.mkdtemp(prefix="bad-pattern-")) / "run.log"
+    res = run_command([sys.executable, "train.py", "--config", "cpu-1", "--layer-pattern",
+                       "AXA", "--steps", "1"], cwd=root, env=run_env(root),
+                      timeout_s=BAD_PATTERN_TIMEOUT_S, log_path=log)
+    if res.timed_out:
+        raise CandidateRunFailed("hang", f"train.py --layer-pattern AXA still running after "
+                                 f"{BAD_PATTERN_TIMEOUT_S} s\n{log.read_text()[-2000:]}")
+    # As subprocess reports it: the exit code, or minus the signal that killed it.
+    returncode = res.exit_code if res.exit_code is not None else -(res.signal or 0)
+    record_property("bad_pattern_exit_code", returncode)
+    assert returncode != 0, "--layer-pattern AXA was accepted"
 
 
 def test_quality_heldout_loss(quality_run: Any, record_property: Any) -> None:

@@ -5,16 +5,19 @@ HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
 The reference here is the pristine baseline itself (GRADING_BASELINE), run in its own
-process. These checks pass on the untouched baseline by construction; they fail when the
-feature changes the all-attention model or breaks old checkpoints.
+process, as the candidate uid in a job folder like the graded tree's runs. These checks pass
+on the untouched baseline by construction; they fail when the feature changes the
+all-attention model or breaks old checkpoints. The graded tree's model loads the baseline's
+state in a sealed probe process (``probes/hybrid_probe.py``); the judge only reads sealed
+outputs as data.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-
-from oracle_lib import candidate, tree_max_diff, worst_key
+from grading import probe
+from oracle_lib import PROBE, tree_max_diff, worst_key
 
 
 def test_default_pattern_is_baseline_bitwise(
@@ -53,9 +56,9 @@ def test_baseline_checkpoint_loads_into_all_attention(
                     "the all-A model is the baseline model, so every state restores exactly")
     baseline_cpu1.require(record_property)
     base = baseline_cpu1.final()
-    m = candidate()
-    model = m.Transformer(m.ModelArgs())
-    model.load_state_dict(base["model"], strict=True)
+    # Strict loading raises on a missing or unexpected key, and the check then fails
+    # (probe.CandidateRaised).
+    probe.call(PROBE, "load_default_model_state", state=base["model"])
 
     candidate_resumes_baseline.require(record_property)
     resumed = candidate_resumes_baseline.final()

@@ -5,8 +5,11 @@ HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
 Every run is the candidate's own train.py, launched by grading.launch (static loopback
-rendezvous, one log per rank); a crash or hang fails the check with the rank and its log.
+rendezvous, one log per rank, every rank as the candidate uid, outputs in a job folder sealed
+before the judge reads them); a crash or hang fails the check with the rank and its log.
 Fixed for every comparison: global batch 16, seed 0, 20 AdamW steps, one thread per rank.
+The FSDP wrapping is observed by ``probes/fsdp_probe.py`` (run as both ranks), and a
+checkpoint's DCP metadata (a pickle) is read by a probe process, never by the judge.
 """
 
 from __future__ import annotations
@@ -14,9 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from torch.distributed.checkpoint import FileSystemReader
-
-from oracle_lib import EQ_STEPS, PATTERN, RESUME_AT, tree_max_diff, worst_key
+from grading import probe
+from oracle_lib import EQ_STEPS, PATTERN, PROBE, RESUME_AT, tree_max_diff, worst_key
 
 # QUALIFICATION.md: cpu-1 vs gloo-ddp-2 fp64 final params 8.9e-16 (reference, AMAM); only the
 # reduction order differs, a real bug moves params by > 1e-4.
@@ -26,6 +28,12 @@ DDP_VS_CPU_FP64_TOL = 1e-10
 def _check_pattern(run: Any) -> None:
     model = run.summary().get("model", {})
     assert model.get("layer_pattern") == PATTERN, f"{run.name} ran pattern {model}"
+
+
+def _shard0(placements: list[dict[str, Any]] | None) -> bool:
+    """A parameter's placements (None: a plain tensor) are exactly ``(Shard(0),)``."""
+    return (placements is not None and len(placements) == 1
+            and placements[0]["type"] == "Shard" and placements[0]["dim"] == 0)
 
 
 def test_gloo_ddp2_matches_cpu1_fp64(cpu1_fp64: Any, ddp_fp64: Any, record_property: Any) -> None:
@@ -82,10 +90,18 @@ def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> 
         report = json.loads((fsdp_probe.out / f"probe-rank{rank}.json").read_text())
         assert report["world_size"] == 2
         assert report["root_is_fsdp_unit"], f"rank {rank}: the root is not a fully_shard unit"
-        assert report["root_manages_block_params"] in (False, None), (
+        # None: the unit could not be introspected (no verdict on what it manages).
+        root_managed = report["root_managed_param_ids"]
+        root_manages_block_params = (None if root_managed is None else
+                                     bool(set(root_managed) & set(report["block_param_ids"])))
+        assert root_manages_block_params in (False, None), (
             f"rank {rank}: the root unit manages block parameters")
         blocks = report["blocks"]
         assert [b["kind"] for b in blocks] == list(PATTERN)
+        for b in blocks:
+            managed = b["managed_param_ids"]
+            b["manages_exactly_its_params"] = (
+                None if managed is None else sorted(managed) == sorted(b["param_ids"]))
         record_property(f"rank{rank}_blocks", json.dumps(
             [(b["index"], b["class"], b["is_fsdp_unit"], b["manages_exactly_its_params"])
              for b in blocks]))
@@ -95,7 +111,7 @@ def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> 
             assert b["manages_exactly_its_params"] in (True, None), (
                 f"{where}: its unit does not manage exactly its parameters")
             assert b["n_params"] > 0, f"{where} has no parameters"
-            unsharded = {n: p for n, p in b["placements"].items() if p[-1] != "shard0"}
+            unsharded = {n: p for n, p in b["placements"].items() if not _shard0(p)}
             assert not unsharded, f"{where}: parameters not sharded on dim 0: {unsharded}"
 
 
@@ -111,7 +127,7 @@ def test_resume_gloo_ddp2_bitwise(
     ddp_fp32_ckpt.require(record_property)
     ckpt = ddp_fp32_ckpt.out / "ckpt" / f"step-{RESUME_AT}"
     assert ckpt.is_dir(), f"no checkpoint at {ckpt}"
-    keys = set(FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata)
+    keys = set(probe.call(PROBE, "checkpoint_keys", path=str(ckpt)))
     top = sorted({k.split(".", 1)[0] for k in keys})
     record_property("checkpoint_top_level_keys", ",".join(top))
     for needed in ("model", "optim", "scheduler", "train", "rng_rank0", "rng_rank1"):

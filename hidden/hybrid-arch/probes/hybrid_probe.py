@@ -1,0 +1,211 @@
+"""Candidate side of the hybrid-arch checks: drive ``hybridlm``'s API, return raw observations.
+
+Each function runs in a fresh process as the candidate uid, on the graded tree, through
+``grading.probe``; its result (numbers, strings, lists, tensors) goes back to the checks as
+data. This file is readable by candidate code at grading time, so it holds no expected value,
+no tolerance and no canary: every comparison is made by the checks (the judge).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def _model_module() -> ModuleType:
+    torch.set_num_threads(1)
+    return importlib.import_module("hybridlm.model")
+
+
+def _tensor(value: Any) -> torch.Tensor:
+    """A plain, detached copy of a tensor the candidate returned (raises on anything else)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"the model returned {type(value).__name__}, not a tensor")
+    return value.detach().as_subclass(torch.Tensor).clone()
+
+
+def _scaled_model(m: ModuleType, pattern: str, dtype: str, std: float, seed: int) -> Any:
+    """The candidate's model for ``pattern`` in ``dtype``, in eval mode, every parameter redrawn
+    from N(0, std) after ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern))
+    model = model.to(getattr(torch, dtype)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=std)
+    return model
+
+
+def _raised(fn: Any) -> list[str] | None:
+    """The qualified class names (MRO, ``module.QualName``) of what ``fn()`` raises; None when
+    it returns."""
+    try:
+        fn()
+    except Exception as exc:  # the judge decides which exception is right
+        return [f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__]
+    return None
+
+
+def _describe(value: Any) -> dict[str, Any]:
+    """A value the candidate chose, as data: None-ness, its string value, its repr."""
+    return {"is_none": value is None,
+            "str": str.__str__(value) if isinstance(value, str) else None,
+            "repr": repr(value)[:200]}
+
+
+def pattern_parsing(good: list[str], short: str, bad: list[str], all_a: str,
+                    schema: list[str], seed: int) -> dict[str, Any]:
+    """What ``ModelArgs``/``Transformer`` do with layer patterns.
+
+    - ``n_layers[p]``: ``ModelArgs(n_layers=4, layer_pattern=p).n_layers`` for ``good``;
+    - ``short_n_layers``: the same for ``ModelArgs(n_layers=len(short), layer_pattern=short)``;
+    - ``default_pattern``: ``ModelArgs().layer_pattern``;
+    - ``bad[p]``: what ``ModelArgs(n_layers=4, layer_pattern=p)`` raises (MRO names) or None;
+    - ``none_state``/``all_a_state``: the state dicts of ``Transformer(ModelArgs())`` and of
+      ``Transformer(ModelArgs(layer_pattern=all_a))``, each after manual_seed(seed);
+    - ``schema[p]``: for 4-layer models of ``schema`` patterns (after manual_seed(seed)), the
+      state-dict keys and, for ``init_cache(2)``, its length and whether each entry is a
+      ``KVCache``.
+    """
+    m = _model_module()
+    out: dict[str, Any] = {
+        "n_layers": {p: m.ModelArgs(n_layers=4, layer_pattern=p).n_layers for p in good},
+        "short_n_layers": m.ModelArgs(n_layers=len(short), layer_pattern=short).n_layers,
+    }
+    default = m.ModelArgs()
+    out["default_pattern"] = _describe(default.layer_pattern)
+    out["bad"] = {p: _raised(lambda p=p: m.ModelArgs(n_layers=4, layer_pattern=p)) for p in bad}
+
+    torch.manual_seed(seed)
+    none_sd = m.Transformer(m.ModelArgs()).state_dict()
+    torch.manual_seed(seed)
+    all_a_sd = m.Transformer(m.ModelArgs(layer_pattern=all_a)).state_dict()
+    out["none_state"] = {k: _tensor(v) for k, v in none_sd.items()}
+    out["all_a_state"] = {k: _tensor(v) for k, v in all_a_sd.items()}
+
+    out["schema"] = {}
+    for pattern in schema:
+        torch.manual_seed(seed)
+        model = m.Transformer(m.ModelArgs(n_layers=4, layer_pattern=pattern))
+        cache = model.init_cache(2)
+        entries = list(cache)
+        out["schema"][pattern] = {
+            "keys": list(model.state_dict()),
+            "cache_len": len(cache),
+            "cache_is_kv": [isinstance(e, m.KVCache) for e in entries],
+            "cache_types": [type(e).__name__ for e in entries],
+        }
+    return out
+
+
+def prefix_logits(pattern: str, dtype: str, std: float, seed: int,
+                  tokens: torch.Tensor) -> dict[str, Any]:
+    """Under no_grad: the full forward's logits, and for every position t the logits at t of a
+    forward over the prefix ``tokens[:, :t + 1]`` alone."""
+    m = _model_module()
+    model = _scaled_model(m, pattern, dtype, std, seed)
+    with torch.no_grad():
+        full = _tensor(model(tokens))
+        prefix = [_tensor(model(tokens[:, :t + 1])[:, t]) for t in range(tokens.shape[1])]
+    return {"full": full, "prefix": prefix}
+
+
+def perturbed_logits(pattern: str, dtype: str, std: float, seed: int, x: torch.Tensor,
+                     y: torch.Tensor) -> dict[str, Any]:
+    """Under no_grad: the logits of the same model for two token batches."""
+    m = _model_module()
+    model = _scaled_model(m, pattern, dtype, std, seed)
+    with torch.no_grad():
+        return {"x": _tensor(model(x)), "y": _tensor(model(y))}
+
+
+def lm_gradients(pattern: str, std: float, seed: int, batch: torch.Tensor) -> dict[str, Any]:
+    """Gradients of the next-token cross-entropy of ``batch`` for a train-mode fp64 model
+    (built after manual_seed(seed), parameters redrawn from N(0, std)): per parameter name,
+    whether it requires grad and its ``.grad`` (None when it has none)."""
+    m = _model_module()
+    torch.manual_seed(seed)
+    model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=std)
+    logits = model(batch[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
+    params = dict(model.named_parameters())
+    return {"requires_grad": {n: bool(p.requires_grad) for n, p in params.items()},
+            "grad": {n: None if p.grad is None else _tensor(p.grad) for n, p in params.items()}}
+
+
+def cached_decoding(patterns: list[str], dtypes: list[str], std: float, seed: int,
+                    tokens: torch.Tensor, chunks: list[int], schedule: list[int]
+                    ) -> dict[str, Any]:
+    """Under no_grad, per ``pattern-dtype``: the full forward's logits; ``decode_logits`` with
+    each chunk size (``chunk<c>``); and ``irregular``, the outputs of forwards over the
+    consecutive slices of ``schedule`` through one ``init_cache`` (``start_pos`` set),
+    concatenated along the sequence."""
+    m = _model_module()
+    out: dict[str, Any] = {}
+    for pattern in patterns:
+        for dtype in dtypes:
+            model = _scaled_model(m, pattern, dtype, std, seed)
+            with torch.no_grad():
+                got = {"full": _tensor(model(tokens))}
+                for c in chunks:
+                    got[f"chunk{c}"] = _tensor(m.decode_logits(model, tokens, chunk=c))
+                cache = model.init_cache(tokens.shape[0])
+                outs, start = [], 0
+                for size in schedule:
+                    outs.append(model(tokens[:, start:start + size], cache=cache,
+                                      start_pos=start))
+                    start += size
+                got["irregular"] = _tensor(torch.cat(outs, dim=1))
+            out[f"{pattern}-{dtype}"] = got
+    return out
+
+
+def export_programs(patterns: list[str], dtype: str, std: float, seed: int,
+                    tokens: torch.Tensor, out_dir: str) -> dict[str, Any]:
+    """Per pattern: ``hybridlm.export.export_model`` of the scaled model, saved with
+    ``torch.export.save`` to ``out_dir/program-<pattern>.pt2`` (the judge reads the file);
+    what the candidate's ``exported_ops`` says; under no_grad, the exported program's and the
+    eager model's logits for ``tokens``; the eager model's state-dict keys."""
+    m = _model_module()
+    ex = importlib.import_module("hybridlm.export")
+    out: dict[str, Any] = {}
+    for pattern in patterns:
+        model = _scaled_model(m, pattern, dtype, std, seed)
+        program = ex.export_model(model)
+        ops = [o if type(o) is str else repr(o) for o in ex.exported_ops(program)]
+        path = Path(out_dir) / f"program-{pattern}.pt2"
+        torch.export.save(program, str(path))
+        with torch.no_grad():
+            exported = _tensor(program.module()(tokens))
+            eager = _tensor(model(tokens))
+        out[pattern] = {"ops": ops, "exported": exported, "eager": eager,
+                        "model_keys": list(model.state_dict())}
+    return out
+
+
+def load_default_model_state(state: dict[str, torch.Tensor]) -> None:
+    """``Transformer(ModelArgs()).load_state_dict(state, strict=True)``; whatever it raises
+    goes back to the judge."""
+    m = _model_module()
+    model = m.Transformer(m.ModelArgs())
+    model.load_state_dict(state, strict=True)
+
+
+def checkpoint_keys(path: str) -> list[str]:
+    """The state-dict keys in a DCP checkpoint's metadata (``FileSystemReader``).
+
+    The metadata is a pickle the candidate's run wrote, so it is read here, in the candidate's
+    process, never by the judge.
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    keys = FileSystemReader(path).read_metadata().state_dict_metadata
+    return [k if type(k) is str else repr(k) for k in keys]
