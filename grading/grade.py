@@ -526,6 +526,8 @@ _VERBOSE_LINE = re.compile(
 # A test prints its id and a space when it starts; its outcome (or, when the process dies in
 # it, a fault handler's dump) follows on the same line.
 _STARTED_LINE = re.compile(r"^(?P<path>\S+?\.py)::(?P<name>\S+)(?: |$)")
+# pytest's end-of-run sections ("= FAILURES =", "= short test summary info =", ...).
+_SUMMARY_SECTION = re.compile(r"^=+ (?!test session starts)\S.* =+$")
 _LOG_OUTCOME: dict[str, Outcome] = {
     "PASSED": "pass",
     "XPASS": "pass",
@@ -743,6 +745,9 @@ class _HiddenRunner:
         progress = _LogProgress()
         last_started = None
         for line in _read_text(log_path).splitlines():
+            if _SUMMARY_SECTION.match(line):
+                # Failure details quote candidate text verbatim: nothing past here is progress.
+                break
             if m := _VERBOSE_LINE.match(line):
                 progress.completed[self._nodeid(m["path"], m["name"])] = _LOG_OUTCOME[m["word"]]
             if m := _STARTED_LINE.match(line):

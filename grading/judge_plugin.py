@@ -5,9 +5,10 @@ Two jobs:
   is tagged with the ``grading_outcome`` property, so the contract reads ``crash``/``hang``
   rather than ``fail``;
 - a guard on the seal itself: after each test, no module may have been imported from the
-  candidate's tree, the probes or a job folder, and none of them may be on ``sys.path``. A
-  check that breaks this is a grader defect: the test is failed and the grader is told through
-  a flag file (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error.
+  candidate's tree, the probes or a job folder, and none of them may be on ``sys.path``; and a
+  check may not end on a ``SealError`` (candidate processes that survived SIGKILL). Either is a
+  grader defect: the test is failed and the grader is told through a flag file
+  (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from grading.probe import CandidateRunFailed
+from grading.sealed import SealError
 
 OUTCOME_PROPERTY = "grading_outcome"
 FLAGS_VAR = "GRADING_JUDGE_FLAGS"
@@ -74,6 +76,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, Any, None]:
-    if call.excinfo is not None and isinstance(call.excinfo.value, CandidateRunFailed):
-        item.user_properties.append((OUTCOME_PROPERTY, call.excinfo.value.outcome))
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, CandidateRunFailed):
+        item.user_properties.append((OUTCOME_PROPERTY, error.outcome))
+    elif isinstance(error, SealError):
+        # The boundary itself failed (a candidate process that would not die): no verdict.
+        _flag(f"{item.nodeid}: grader defect: {error}")
     yield
