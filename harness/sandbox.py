@@ -106,11 +106,14 @@ class StopReport(BaseModel):
     ``sigkill_while_frozen``: every process got SIGKILL from the host while frozen and died on
     thawing without running another instruction. ``init_after_thaw``: the host could not
     signal them (no access to the host's pids), so PID 1 killed them right after thawing.
+    ``killed_unfrozen``: the freezer refused (runc's "unable to freeze", seen under load), so
+    they were killed running, the host first and then PID 1 for anything forked meanwhile;
+    ``frozen`` is then false.
     """
 
     frozen: bool
     processes: list[ProcessInfo] = Field(default_factory=list)
-    method: Literal["none", "sigkill_while_frozen", "init_after_thaw"] = "none"
+    method: Literal["none", "sigkill_while_frozen", "init_after_thaw", "killed_unfrozen"] = "none"
     survivors: list[ProcessInfo] = Field(default_factory=list)
 
 
@@ -473,26 +476,25 @@ class Sandbox:
         """Freeze the container, list what runs beside PID 1, kill all of it, thaw.
 
         Killed while frozen, no process runs another instruction after the freeze, so a copy
-        taken afterwards is the tree as it was at that instant. Raises SandboxLost when the
-        container no longer runs.
+        taken afterwards is the tree as it was at that instant; when the freezer refuses, the
+        report says so. Raises SandboxLost when the container no longer runs.
         """
         self.check_alive()
         init_pid = int(self.container.attrs["State"]["Pid"])
-        try:
-            self.container.pause()
-        except docker.errors.APIError:
-            self.check_alive()
-            raise
+        frozen = self._freeze()
         try:
             running = [p for p in self.processes() if p.pid != init_pid]
-            unreachable = [p for p in running if not self._kill_frozen(p.pid)]
+            unreachable = [p for p in running if not self._kill(p.pid)]
         finally:
-            self.container.unpause()
-        method: Literal["none", "sigkill_while_frozen", "init_after_thaw"] = "none"
+            if frozen:
+                self.container.unpause()
+        method: Literal["none", "sigkill_while_frozen", "init_after_thaw", "killed_unfrozen"]
+        method = "none"
         if running:
-            method = "sigkill_while_frozen"
-        if unreachable:
+            method = "sigkill_while_frozen" if frozen else "killed_unfrozen"
+        if unreachable and frozen:
             method = "init_after_thaw"
+        if unreachable or (running and not frozen):
             self._signal_init()
         deadline = time.monotonic() + wait_s
         while True:
@@ -500,10 +502,21 @@ class Sandbox:
             if not survivors or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        return StopReport(frozen=True, processes=running, method=method, survivors=survivors)
+        return StopReport(frozen=frozen, processes=running, method=method, survivors=survivors)
 
-    def _kill_frozen(self, pid: int) -> bool:
-        """SIGKILL a frozen process by its host pid, once it is sure to be this container's."""
+    def _freeze(self, attempts: int = 5) -> bool:
+        """``docker pause``; False when the freezer keeps refusing (the container runs on)."""
+        for attempt in range(attempts):
+            try:
+                self.container.pause()
+                return True
+            except docker.errors.APIError:
+                self.check_alive()
+                time.sleep(0.1 * (attempt + 1))
+        return False
+
+    def _kill(self, pid: int) -> bool:
+        """SIGKILL a process by its host pid, once it is sure to be this container's."""
         try:
             # A harness in another pid namespace would name some other process by this pid.
             if self.container.id not in Path(f"/proc/{pid}/cgroup").read_text():
