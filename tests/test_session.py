@@ -169,13 +169,15 @@ def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> N
     from grading.models import GradeReport
     from harness.grade import grade_attempt
 
-    again = grade_attempt(demo_attempt, log=lambda _m: None)
+    summary = grade_attempt(demo_attempt, log=lambda _m: None)
     record = records.read_record(demo_attempt)
     first, second = record.grades[0], record.grades[-1]
+    assert second == summary and summary.reason is None
     assert first.folder != second.folder  # a new folder: nothing overwritten
-    earlier = GradeReport.model_validate_json(
-        (demo_attempt / first.folder / "out" / "grade.json").read_text())
-    assert again.verdict == earlier.verdict == "complete"
+    earlier, again = (
+        GradeReport.model_validate_json((demo_attempt / g.folder / "out" / "grade.json")
+                                        .read_text()) for g in (first, second))
+    assert again.verdict == earlier.verdict == summary.verdict == "complete"
     assert {c.id: c.outcome for c in again.contracts} == {
         c.id: c.outcome for c in earlier.contracts}
     assert again.submission_id != earlier.submission_id  # opaque, fresh per grading
