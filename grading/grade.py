@@ -329,26 +329,37 @@ def _git_env(work: Path, git_dir: Path, tree: Path) -> dict[str, str]:
     }
 
 
-def apply_diff(tree: Path, patch: Path, work: Path) -> str | None:
-    """Apply ``patch`` to ``tree``; None on success, else git's message.
+# Headers that make git read a file other than the one it patches: git checks every path it
+# writes, but not the source of a copy or rename, which may lie outside the tree.
+_FOREIGN_SOURCE = re.compile(rb"^(copy|rename) from ", re.MULTILINE)
 
-    The git directory lives beside the tree, not in it, so the graded tree holds exactly the
-    baseline plus the diff.
+
+def apply_diff(tree: Path, patch: bytes) -> str | None:
+    """Apply ``patch`` to ``tree``; None on success, else why it was refused.
+
+    git runs as the candidate uid, on a tree the candidate owns for the while, with its git
+    directory in a job folder: whatever the diff names, git can read nothing the candidate
+    could not (the inputs are closed to it). Copy and rename headers are refused outright
+    (the harness never writes them: it diffs with ``--no-renames``). The tree is the judge's
+    again afterwards.
     """
-    git_dir = work / "apply.git"
-    env = _git_env(work, git_dir, tree)
-    subprocess.run(
-        ["git", "init", "--quiet"], env=env, cwd=tree, check=True, capture_output=True, timeout=60
-    )
-    (git_dir / "info").mkdir(exist_ok=True)
-    (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
-    proc = subprocess.run(
-        ["git", "apply", "--binary", "--whitespace=nowarn", str(patch)],
-        env=env,
-        cwd=tree,
-        capture_output=True,
-        timeout=120,
-    )
+    if _FOREIGN_SOURCE.search(patch):
+        return "the diff copies or renames a file; only plain changes are graded"
+    git_dir = sealed.job_dir("git-apply") / "apply.git"
+    sealed.hand_over(tree)
+    env = _git_env(git_dir.parent, git_dir, tree)
+    identity = sealed.popen_identity()
+    try:
+        subprocess.run(["git", "init", "--quiet"], env=env, cwd=tree, check=True,
+                       capture_output=True, timeout=60, **identity)  # type: ignore[call-overload]
+        (git_dir / "info").mkdir(exist_ok=True)
+        (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
+        proc = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", "-"],
+                              input=patch, env=env, cwd=tree, capture_output=True,
+                              timeout=120, **identity)  # type: ignore[call-overload]
+    finally:
+        sealed.end_job()
+        sealed.make_readable_tree(tree)
     if proc.returncode == 0:
         return None
     message = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip()
@@ -431,9 +442,7 @@ def _public_statement(spec: PacketSpec) -> str:
 def run_public_tests(opts: GradeOptions, layout: Layout) -> ContractResult:
     spec = opts.packet
     # The candidate's own copy: the public command may write where it runs.
-    repo = sealed.job_dir("public-tests") / "repo"
-    copy_tree(layout.graded, repo)
-    sealed.hand_over(repo)
+    repo = sealed.give(layout.graded, "public-tests")
     log_rel = f"{LOG_DIR}/public-tests.log"
     res = run_command(
         spec.public_test_command,
@@ -770,7 +779,7 @@ class _HiddenRunner:
             log_path=self.opts.out / log_rel,
             as_candidate=False,
         )
-        sealed.reap()
+        sealed.end_job()
         if res.timed_out or res.signal is not None or res.exit_code not in (0, 1):
             return None
         ids = []
@@ -841,7 +850,7 @@ class _HiddenRunner:
         )
         # A judge killed mid-check leaves the candidate job it was waiting for: kill it now.
         run_ev = _run_evidence(res)
-        run_ev["candidate_processes_killed"] = sealed.reap()
+        run_ev["candidate_processes_killed"] = sealed.end_job()
         run_ev["round"] = round_no
         if not res.timed_out and res.signal is None:
             cases = self._from_junit(junit, log_rel)
@@ -969,7 +978,7 @@ def grade(opts: GradeOptions) -> GradeReport:
     tree = layout.graded
     copy_tree(opts.baseline, tree, skip_top=frozenset({".git"}))
     empty = not patch.strip()
-    apply_error = None if empty else apply_diff(tree, opts.diff.resolve(), layout.judge)
+    apply_error = None if empty else apply_diff(tree, patch)
     restore = RestoreInfo()
     graded_sha: str | None = None
     contracts: list[ContractResult]
@@ -1020,7 +1029,7 @@ def grade(opts: GradeOptions) -> GradeReport:
             ))
         _expect_same("the graded tree", tree, graded_sha)
     # Nothing the candidate started may outlive the verdict, and the judge must be untouched.
-    killed = sealed.reap()
+    killed = sealed.end_job()
     _expect_same("the hidden tree", opts.hidden, hidden_sha)
     if layout.flags.exists():
         raise GraderError(f"grader defect: {_read_text(layout.flags).splitlines()[0]}")

@@ -105,7 +105,7 @@ def launch(
     for thread in threads:
         thread.join()
     # Whatever a rank left behind (however detached) dies before anyone reads its outputs.
-    sealed.reap()
+    sealed.end_job()
 
     ranks = []
     for rank, res in enumerate(results):

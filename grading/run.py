@@ -249,7 +249,7 @@ def run_command(
             _killpg(proc.pid)
             _sweep(run_id)
         proc.wait()
-        reaped = sealed.reap() if as_candidate and reap_candidate else 0
+        reaped = sealed.end_job() if as_candidate and reap_candidate else 0
         if scratch is not None and reap_candidate:
             shutil.rmtree(scratch, ignore_errors=True)
         pump.stop.set()

@@ -14,9 +14,14 @@ probes that call the candidate's API) runs as one unprivileged uid, the *candida
   :func:`reap` finds all of them however they detached (``setsid``, a cleared environment,
   double forks) and kills them before the judge reads a job's outputs or writes a verdict.
 
-After a job the judge *seals* its folder (:func:`seal`): with no candidate process left, links
-and special files are removed and everything is chowned to the judge, so what the judge then
-reads is a plain file the candidate can no longer change and cannot redirect elsewhere.
+After a job (:func:`end_job`) every candidate process is killed and whatever the candidate
+left in the container's shared writable folders (``/tmp``, ``/dev/shm``, ``/dev/mqueue``) is
+removed, so no run can leave a trail for the next. The judge then *seals* the job's folder
+(:func:`seal`): links and special files are removed and everything becomes the judge's, closed
+(0700/0600), so what the judge reads is a plain file the candidate can no longer change or
+redirect, and a later run cannot read it even when it learns its path (a resumed run is told
+where its checkpoint is). What a later run must read is handed over as a copy in its own job
+folder (:func:`give`).
 
 The candidate uid comes from ``GRADING_CANDIDATE_UID`` (the grader image sets it). Killing by
 uid is only safe inside the grader container's own PID namespace, or with a uid that nothing
@@ -25,7 +30,9 @@ else on the machine uses (the grading tests pick a random one).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -39,6 +46,8 @@ CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
 # told about, and cannot list or create anything there).
 CANDIDATE_AREA_VAR = "GRADING_CANDIDATE_AREA"
 _REAP_ROUNDS = 200
+# Writable by anyone in the grader container (its root filesystem is read-only).
+SHARED_WRITABLE = ("/tmp", "/dev/shm", "/dev/mqueue", "/var/tmp")
 
 
 class SealError(RuntimeError):
@@ -130,6 +139,57 @@ def reap() -> int:
     return len(killed)
 
 
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def clear_traces() -> list[str]:
+    """Remove everything the candidate created in the shared writable folders.
+
+    The candidate can only create entries in folders it owns or that anyone may write, so the
+    walk descends into world-writable folders only and removes candidate-owned entries whole.
+    """
+    uid = candidate().uid
+    removed: list[str] = []
+
+    def walk(folder: str) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid == uid:
+                _remove(entry.path)
+                removed.append(entry.path)
+            elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
+                walk(entry.path)
+
+    for root in SHARED_WRITABLE:
+        walk(root)
+    return removed
+
+
+def end_job() -> int:
+    """After a candidate job: no process of it alive, no trace of it in the shared folders, and
+    nothing in the job area the candidate still owns (every job folder sealed, so no later run
+    reads an earlier one's files). Returns the number of processes killed."""
+    killed = reap()
+    clear_traces()
+    uid = candidate().uid
+    for entry in os.scandir(area()):
+        if entry.stat(follow_symlinks=False).st_uid == uid:
+            seal(Path(entry.path))
+    return killed
+
+
 def area() -> Path:
     value = os.environ.get(CANDIDATE_AREA_VAR)
     if not value:
@@ -157,21 +217,27 @@ def job_dir(name: str) -> Path:
 
 def seal(path: Path) -> list[str]:
     """Make a finished job's folder the judge's: links and special files removed, everything
-    chowned to root and read-only to others. Returns what was removed (relative paths).
+    chowned to root and closed to others. Returns what was removed (relative paths).
 
-    Call only after :func:`reap`: with no candidate process alive, nothing can change under the
-    walk. ``lchown``/``lstat`` never follow a link.
+    Call only after :func:`end_job`: with no candidate process alive, nothing can change under
+    the walk. ``lchown``/``lstat`` never follow a link.
     """
     removed: list[str] = []
     if not os.path.lexists(path):
         return removed
     top = os.lstat(path)
     if not stat.S_ISDIR(top.st_mode):
-        raise SealError(f"{path} is no longer a folder")
+        if stat.S_ISREG(top.st_mode):
+            os.lchown(path, 0, 0)
+            os.chmod(path, 0o600)
+        else:
+            os.unlink(path)
+            removed.append(path.name)
+        return removed
     for dirpath, dirnames, filenames in os.walk(path, topdown=True, followlinks=False):
         here = Path(dirpath)
         os.lchown(here, 0, 0)
-        os.chmod(here, 0o755)
+        os.chmod(here, 0o700)
         for name in list(dirnames):
             if os.path.islink(here / name):
                 dirnames.remove(name)
@@ -181,16 +247,33 @@ def seal(path: Path) -> list[str]:
             st = os.lstat(p)
             if stat.S_ISREG(st.st_mode):
                 os.lchown(p, 0, 0)
-                os.chmod(p, 0o644)
+                os.chmod(p, 0o600)
             else:
                 os.unlink(p)
                 removed.append(p.relative_to(path).as_posix())
     return removed
 
 
+def give(source: Path, name: str) -> Path:
+    """A copy of a sealed output (file or folder) in a new job folder, for a later run to read.
+
+    Only the copy is reachable: the run learns nothing else of the job that made it.
+    """
+    target = job_dir(name) / source.name
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target, follow_symlinks=False)
+    hand_over(target)
+    return target
+
+
 def hand_over(root: Path) -> None:
     """Give a tree the judge built (a copy the candidate may change) to the candidate."""
     who = candidate()
+    if not root.is_dir():
+        os.lchown(root, who.uid, who.gid)
+        return
     for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
         os.lchown(dirpath, who.uid, who.gid)
         for name in filenames:

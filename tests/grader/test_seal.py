@@ -29,10 +29,10 @@ from grading import sealed
 from grading.grade import discover_hidden_tests, tree_sha256
 
 # What the payload may achieve in its own processes; everything else must be refused.
-OWN_PROCESS_ONLY = {"pytest-hook", "linger"}
-ATTACKS = {"pytest-hook", "hidden-conftest", "hidden-rewrite", "apply-reference", "forge-grade",
-           "kill-grader", "linger", "sitecustomize", "read-hidden", "copy-hidden-out",
-           "judge-memory", "judge-ptrace"}
+OWN_PROCESS_ONLY = {"trail", "pytest-hook", "linger"}
+ATTACKS = {"trail", "pytest-hook", "hidden-conftest", "hidden-rewrite", "apply-reference",
+           "forge-grade", "kill-grader", "linger", "sitecustomize", "read-hidden",
+           "copy-hidden-out", "judge-memory", "judge-ptrace"}
 
 
 def closed_inputs(tmp_path: Path) -> dict[str, Path]:
@@ -75,9 +75,12 @@ def grade_payload(tmp_path: Path, inputs: dict[str, Path], payload: str, name: s
 def test_forgeries_inside_the_submission_leave_the_baseline_verdict(tmp_path: Path) -> None:
     inputs = closed_inputs(tmp_path)
     hidden_before = tree_sha256(inputs["hidden"])
-    # Where the candidate can write (the container's shared /tmp) and the test can read.
+    # A root-owned file anyone may append to: the grader removes what the candidate creates
+    # in shared folders after each run, not what it writes into the judge's files.
     attacks = Path(tempfile.mkdtemp(prefix="seal-attacks-")) / "report.jsonl"
-    os.chmod(attacks.parent, 0o777)
+    attacks.touch(mode=0o666)
+    os.chmod(attacks, 0o666)
+    os.chmod(attacks.parent, 0o755)
     proc, report = grade_payload(tmp_path, inputs, PAYLOAD.replace("@REPORT@", str(attacks)),
                                  "forged")
     assert proc.returncode == 0, proc.stderr
@@ -97,6 +100,8 @@ def test_forgeries_inside_the_submission_leave_the_baseline_verdict(tmp_path: Pa
     results, processes = attack_results(attacks)
     assert set(results) == ATTACKS, results
     assert processes >= 5, processes
+    # No run saw a trail of an earlier one (the trail attack raises when it does).
+    assert results["trail"] == {"done"}, results["trail"]
     for attack, ends in results.items():
         if attack not in OWN_PROCESS_ONLY:
             assert ends == {"refused"}, (attack, ends)
@@ -164,3 +169,43 @@ def test_hidden_checks_other_than_the_hosts_are_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2 and report is None
     assert "the hidden tree changed" in proc.stderr and proc.stderr.count("\n") == 1
     assert elapsed < 30
+
+
+def test_a_diff_that_copies_from_outside_the_tree_is_rejected(tmp_path: Path) -> None:
+    """git checks the paths it writes, not the source of a copy or rename: such a diff could
+    copy hidden files into the tree. It is refused before git runs (and git runs as the
+    candidate uid, which could not read them anyway)."""
+    inputs = closed_inputs(tmp_path)
+    diff = tmp_path / "copy.patch"
+    diff.write_text(
+        "diff --git a/../../../../in/hidden/CANARY b/tinytrain/canary.txt\n"
+        "similarity index 100%\n"
+        "copy from ../../../../in/hidden/CANARY\n"
+        "copy to tinytrain/canary.txt\n")
+    proc, report, _ = run_grader(baseline=inputs["baseline"], packet=inputs["packet"],
+                                 diff=diff, hidden=inputs["hidden"], out=tmp_path / "copy")
+    assert proc.returncode == 0 and report is not None
+    assert report["verdict"] == "diff_rejected"
+    assert "copies or renames" in report["diff"]["apply_error"]
+
+
+def test_finished_jobs_are_closed_to_later_runs(tmp_path: Path) -> None:
+    """Every job folder of a grade ends root-owned 0700 (files 0600): a run that learns an
+    earlier run's path (a resumed run is told where its checkpoint is) still cannot read it."""
+    inputs = closed_inputs(tmp_path)
+    work = Path(tempfile.mkdtemp(prefix="grading-work-"))
+    os.chmod(work, 0o711)  # the candidate must reach the trees below it
+    diff = tmp_path / "empty.patch"
+    diff.write_text("")
+    proc, report, _ = run_grader(baseline=inputs["baseline"], packet=inputs["packet"],
+                                 diff=diff, hidden=inputs["hidden"], out=tmp_path / "jobs",
+                                 extra=["--work", str(work / "w"),
+                                        "--hidden-test-timeout-s", str(TORCH_TEST_TIMEOUT_S)])
+    assert proc.returncode == 0 and report is not None
+    jobs = [p for p in (work / "w" / "area").iterdir() if not p.name.startswith("scratch")]
+    assert len(jobs) >= 5
+    for job in jobs:
+        for path in [job, *job.rglob("*")]:
+            st = path.lstat()
+            assert st.st_uid == 0 and not st.st_mode & 0o077, (path, oct(st.st_mode))
+    shutil.rmtree(work, ignore_errors=True)
