@@ -68,6 +68,23 @@ class BudgetExhausted(Exception):
 OnChange = Callable[[str, dict[str, Any]], None]
 
 
+def deadline(budget: Budget, *, gpus: int, cpus: float) -> tuple[float, BudgetKind]:
+    """The session's time limit in seconds and the budget that sets it: the wall clock, or
+    the GPU-/CPU-hours divided by the GPUs/CPUs held, whichever is shortest."""
+    seconds, kind = budget.wall_seconds, "wall_seconds"
+    for name, cap, units in (("gpu_hours", budget.gpu_hours, gpus),
+                             ("cpu_hours", budget.cpu_hours, cpus)):
+        if cap is not None and units > 0 and cap * 3600 / units < seconds:
+            seconds, kind = cap * 3600 / units, name
+    return seconds, kind  # type: ignore[return-value]
+
+
+def worst_case_hours(budget: Budget, *, gpus: int, cpus: float) -> tuple[float, float]:
+    """(CPU-hours, GPU-hours) a session with this budget can use at most."""
+    seconds, _kind = deadline(budget, gpus=gpus, cpus=cpus)
+    return cpus * seconds / 3600, gpus * seconds / 3600
+
+
 class Ledger:
     """Counts usage against a Budget; thread-safe (a watchdog thread reads the deadline)."""
 
@@ -81,13 +98,7 @@ class Ledger:
         self._on_change = on_change or (lambda _event, _data: None)
         self._lock = threading.Lock()
         self._started: float | None = None
-        self.deadline_kind: BudgetKind = "wall_seconds"
-        self._seconds = budget.wall_seconds
-        for kind, cap, units in (("gpu_hours", budget.gpu_hours, gpus),
-                                 ("cpu_hours", budget.cpu_hours, cpus)):
-            if cap is not None and units > 0 and cap * 3600 / units < self._seconds:
-                self._seconds = cap * 3600 / units
-                self.deadline_kind = kind  # type: ignore[assignment]
+        self._seconds, self.deadline_kind = deadline(budget, gpus=gpus, cpus=cpus)
 
     # --- time -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,6 +52,21 @@ class TranscriptHead(BaseModel):
     head: str  # the last event's hash
 
 
+class LaunchInfo(BaseModel):
+    """How a matrix launched this attempt; absent for a session started by hand."""
+
+    executor: Literal["local", "slurm"]
+    run_id: str  # the `harness matrix run` that launched it
+    # The matrix run's start (local) or the job's submission (Slurm), UTC.
+    queued_at: str
+    # From ``queued_at`` to the container's start: kept apart from every budget.
+    queue_seconds: float | None = None
+    job_id: str | None = None  # Slurm
+    job_started_at: str | None = None  # when the job's worker started (Slurm), UTC
+    cpus: float = 0.0  # what the session was promised
+    gpus: int = 0
+
+
 class SessionRecord(BaseModel):
     study: str
     session_id: str
@@ -61,6 +77,10 @@ class SessionRecord(BaseModel):
     seed: int
     model: str
     in_frozen_study: bool = True
+    # The study lock the session ran under (harness/freeze.py); None: the study was not frozen.
+    study_revision: int | None = None
+    lock_sha256: str | None = None
+    launch: LaunchInfo | None = None
     packet_dir: str
     hidden_dir: str
     image: str
@@ -153,12 +173,8 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]:
-    """SHA-256 of every file under ``folder`` (symlinks by their target text).
-
-    In an attempt folder it also repeats the session record's transcript head, a second
-    place that must agree for ``harness verify``.
-    """
+def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` but the manifest (symlinks by their target)."""
     files: dict[str, str] = {}
     # os.walk does not follow symlinked folders; the agent's tree may hold links to anywhere.
     for dirpath, dirnames, filenames in os.walk(folder):
@@ -172,7 +188,16 @@ def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]
                 files[rel] = "symlink:" + hashlib.sha256(target).hexdigest()
             elif path.is_file():
                 files[rel] = sha256_file(path)
-    files = dict(sorted(files.items()))
+    return dict(sorted(files.items()))
+
+
+def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]:
+    """SHA-256 of every file under ``folder`` (symlinks by their target text).
+
+    In an attempt folder it also repeats the session record's transcript head, a second
+    place that must agree for ``harness verify``.
+    """
+    files = manifest_files(folder, name=name)
     manifest: dict[str, Any] = {"files": files, "count": len(files)}
     if (folder / RECORD_NAME).is_file():
         head = _parse_record(folder / RECORD_NAME).transcript
@@ -182,9 +207,45 @@ def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]
     return manifest
 
 
+def manifest_problem(folder: Path) -> str | None:
+    """Why ``folder``'s files no longer match its manifest, or None when they all do.
+
+    Files under ``grades/`` that the manifest does not list are allowed: a grading killed
+    before it rewrote the manifest leaves its own (partial) numbered folder, nothing else.
+    """
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        return f"{folder} has no {MANIFEST_NAME}"
+    try:
+        listed: dict[str, str] = json.loads(path.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{path} is not a manifest"
+    now = manifest_files(folder)
+    for rel, digest in listed.items():
+        if rel not in now:
+            return f"{rel} is listed in the manifest but missing"
+        if now[rel] != digest:
+            return f"{rel} changed since the manifest was written"
+    extra = [rel for rel in now if rel not in listed and not rel.startswith("grades/")]
+    if extra:
+        return f"{extra[0]} is not in the manifest"
+    return None
+
+
 def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
+    """Every session record under a runs folder (all studies)."""
+    return _records(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}"))
+
+
+def study_records(study_root: Path) -> list[tuple[Path, SessionRecord]]:
+    """Every session record of one study (``runs/<study>``), attempts in number order."""
+    paths = study_root.glob(f"*/attempt-*/{RECORD_NAME}")
+    return sorted(_records(paths), key=lambda item: (item[1].session_id, item[1].attempt))
+
+
+def _records(paths: Iterable[Path]) -> list[tuple[Path, SessionRecord]]:
     found = []
-    for path in sorted(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}")):
+    for path in sorted(paths):
         try:
             found.append((path.parent, _parse_record(path)))
         except ValueError:

@@ -51,6 +51,13 @@ INIT_CAPABILITIES = ("KILL",)
 KILL_COMMAND = "/usr/local/bin/harness-kill"
 # A workspace with less room than this (or no free inode) is full.
 WORKSPACE_FULL_MARGIN_BYTES = 1024**2
+SLURM_JOB_LABEL = "org.harness.slurm-job"
+
+# Labels every container and volume this process creates carries besides its own: a matrix
+# worker adds its study and run, and under Slurm its job id, so that the grader and
+# diagnostics containers it starts are found by the same labels as the agent's (the Slurm
+# Epilog removes a cancelled job's containers by the job label).
+PROCESS_LABELS: dict[str, str] = {}
 
 
 class SandboxLimits(BaseModel):
@@ -236,10 +243,12 @@ class Sandbox:
             MANAGED_LABEL: "1",
             OWNER_PID_LABEL: str(os.getpid()),
             OWNER_HOST_LABEL: host_id(),
+            **PROCESS_LABELS,
             **labels,
         }
         self.container: Any = None
         self.volume: Any = None
+        self._started = False
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -279,6 +288,7 @@ class Sandbox:
                      "uid=1000,gid=1000,mode=0755,nosuid,nodev"}
 
     def start(self) -> Sandbox:
+        self._started = True
         try:
             self.volume = self.client.volumes.create(name=self.name, labels=self.labels,
                                                      driver="local",
@@ -297,6 +307,15 @@ class Sandbox:
 
     def close(self) -> None:
         """Remove the container and its volume; safe to call twice and on half-started ones."""
+        if self._started and (self.container is None or self.volume is None):
+            # A signal turned into an exception (harness.errors.Interrupted) can land inside
+            # a create call after the daemon made the object but before the SDK returned it:
+            # find both by their name, which only this sandbox uses.
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self.container = self.container or self.client.containers.get(self.name)
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self.volume = self.volume or self.client.volumes.get(self.name)
+        self._started = False
         if self.container is not None:
             try:
                 self.container.remove(force=True, v=True)
@@ -578,15 +597,18 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return process_alive(pid, labels.get(OWNER_HOST_LABEL, ""))
 
 
-def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False) -> OrphanReport:
-    """Remove containers and volumes left by harness processes that no longer run."""
+def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False,
+                    labels: dict[str, str] | None = None) -> OrphanReport:
+    """Remove containers and volumes left by harness processes that no longer run (only
+    those that also carry ``labels``, when given)."""
     report = OrphanReport()
-    for container in client.containers.list(all=True, filters={"label": MANAGED_LABEL}):
+    wanted = [MANAGED_LABEL, *(f"{k}={v}" for k, v in (labels or {}).items())]
+    for container in client.containers.list(all=True, filters={"label": wanted}):
         if include_live or not owner_alive(container.labels):
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True, v=True)
                 report.containers.append(container.name)
-    for volume in client.volumes.list(filters={"label": MANAGED_LABEL}):
+    for volume in client.volumes.list(filters={"label": wanted}):
         labels = volume.attrs.get("Labels") or {}
         if include_live or not owner_alive(labels):
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from typing import Any
 import docker
 from pydantic import BaseModel, ValidationError
 
-from harness import images, records
+from harness import freeze, images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
@@ -33,7 +34,7 @@ from harness.budget import Budget, Ledger
 from harness.errors import HarnessError, Interrupted
 from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
-from harness.records import SessionRecord, TranscriptHead
+from harness.records import LaunchInfo, SessionRecord, TranscriptHead
 from harness.sandbox import (
     WORKSPACE,
     Sandbox,
@@ -43,7 +44,15 @@ from harness.sandbox import (
     host_id,
     process_alive,
 )
-from harness.study import AgentSettings, Study, assignment, load_study, task_ref
+from harness.study import (
+    AgentSettings,
+    Study,
+    assignment,
+    load_study,
+    session_budget,
+    session_resources,
+    task_ref,
+)
 from harness.transcript import TranscriptWriter, utc_timestamp
 from harness.workspace import (
     check_applies,
@@ -66,7 +75,12 @@ class SessionOptions(BaseModel):
     arm: str
     model: str | None = None  # overrides the study's model; the session is then outside the study
     grade: bool = True
-    gpus: int = 0
+    # GPUs to hold exclusively; None: what the study promises its sessions. Another number
+    # puts the session outside the frozen study.
+    gpus: int | None = None
+    # Set by a matrix worker: how it was launched; its ``queued_at`` starts the queue time.
+    launch: LaunchInfo | None = None
+    queued_at: float | None = None  # epoch seconds of ``launch.queued_at``
 
 
 @contextmanager
@@ -90,7 +104,7 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     packet = load_packet(task.packet_dir())
     if not task.hidden_dir().is_dir():
         raise HarnessError(f"hidden folder {task.hidden_dir()} is missing", "restore hidden/")
-    agent_settings = study.agent
+    agent_settings = study.agent_for(spec)
     if options.model:
         try:
             agent_settings = AgentSettings.model_validate(
@@ -103,27 +117,36 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     tools = tools_for_arm(arm.extra_tools)
     extras: dict[str, ExtraTool] = {}
     if "traincheck" in arm.extra_tools:  # its frozen reference is checked before any container
-        extras["traincheck"] = TraincheckTool.for_task(spec.task, packet, task.hidden_dir())
+        extras["traincheck"] = TraincheckTool.for_task(spec.task, packet, task.hidden_dir(),
+                                                       task.reports_root())
     client = images.docker_client()
+    # A frozen study that drifted is refused here, before any container; a study never
+    # frozen runs, recorded as outside the frozen study.
+    frozen = freeze.lock_for_session(study, options.study_path, client)
     image_id = images.image_id(client, arm.image)
-    budget = Budget.model_validate({**packet.spec.default_budget,
-                                    **study.budget.model_dump(exclude_unset=True)})
+    budget = session_budget(study, packet.spec.default_budget)
+    cpus, study_gpus = session_resources(study, list(packet.spec.configurations))
+    gpus = study_gpus if options.gpus is None else options.gpus
 
     attempt_dir, attempt = records.new_attempt_dir(study.runs_root() / spec.session_id)
     record = SessionRecord(
         study=study.name, session_id=spec.session_id, attempt=attempt, task=spec.task,
         pair=spec.pair, arm=spec.arm, seed=spec.seed, model=agent_settings.model,
-        in_frozen_study=options.model is None, packet_dir=str(packet.root),
+        in_frozen_study=frozen is not None and options.model is None and gpus == study_gpus,
+        study_revision=frozen.lock.revision if frozen else None,
+        lock_sha256=frozen.sha256 if frozen else None, launch=options.launch,
+        packet_dir=str(packet.root),
         hidden_dir=str(task.hidden_dir()), image=images.image_tag(arm.image), image_id=image_id,
         harness_pid=os.getpid(), host=host_id(), started_at=utc_timestamp(),
     )
     records.write_record(attempt_dir, record)
-    log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}")
+    log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}"
+        + ("" if record.in_frozen_study else " (outside the frozen study)"))
     transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME)
     try:
         with _signals_as_interrupt():
             _run_attempt(study, options, record, attempt_dir, packet, provider, tools, extras,
-                         budget, agent_settings, client, transcript, log)
+                         budget, agent_settings, client, transcript, log, cpus=cpus, gpus=gpus)
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, f"session recorded as interrupted in {attempt_dir}") from None
@@ -151,6 +174,9 @@ def _run_attempt(
     client: docker.DockerClient,
     transcript: TranscriptWriter,
     log: Callable[[str], None],
+    *,
+    cpus: float,
+    gpus: int,
 ) -> None:
     baseline = attempt_dir / "baseline"
     snapshot_baseline(packet.repo, baseline)
@@ -161,21 +187,30 @@ def _run_attempt(
         "model": agent_settings.model_dump(mode="json"), "image": record.image,
         "image_id": record.image_id, "in_frozen_study": record.in_frozen_study,
         "tools": [t.name for t in tools], "system_prompt": system_prompt,
-        "budget": budget.model_dump(mode="json"),
+        "budget": budget.model_dump(mode="json"), "study_revision": record.study_revision,
+        "lock_sha256": record.lock_sha256, "cpus": cpus, "gpus": gpus,
+        "launch": record.launch.model_dump(mode="json") if record.launch else None,
     })
-    ledger = Ledger(budget, gpus=options.gpus, cpus=SandboxLimits().cpus,
+    ledger = Ledger(budget, gpus=gpus, cpus=cpus,
                     on_change=lambda kind, data: transcript.append(kind, data))
     slots = GpuSlots(study.runs_root().parent / ".gpu-slots")
     sandbox: Sandbox | None = None
     try:
-        with slots.acquire(options.gpus, timeout_s=0 if options.gpus == 0 else 3600) as lease:
+        with slots.acquire(gpus, timeout_s=0 if gpus == 0 else 3600) as lease:
             ledger.add_queue(lease.waited_s)
+            if options.queued_at is not None and record.launch is not None:
+                # Queue time runs from the matrix's start (or the job's submission) to the
+                # container's start; the GPU wait above is part of it, not added twice.
+                queued = max(0.0, time.time() - options.queued_at)
+                ledger.add_queue(max(0.0, queued - lease.waited_s))
+                record.launch.queue_seconds = round(queued, 3)
             record.gpu_ids = lease.gpu_ids
             sandbox = Sandbox(
                 client, record.image_id, gpu_ids=lease.gpu_ids, name_hint=record.session_id,
                 labels={"org.harness.study": study.name, "org.harness.session": record.session_id,
                         "org.harness.attempt": str(record.attempt),
                         "org.harness.role": "agent"},
+                limits=SandboxLimits(cpus=cpus),
             )
             sandbox.start()
             record.container = sandbox.name
@@ -288,21 +323,37 @@ def _finalize_diff(
             raise
 
 
-def mark_interrupted(runs_root: Path) -> list[Path]:
+def harness_alive(record: SessionRecord) -> bool:
+    return process_alive(record.harness_pid, record.host)
+
+
+def mark_interrupted(
+    runs_root: Path,
+    *,
+    study_root: Path | None = None,
+    alive: Callable[[SessionRecord], bool] = harness_alive,
+) -> list[Path]:
     """Sessions whose harness died without ending them (e.g. SIGKILL): mark them interrupted.
 
+    ``study_root``: only that study's sessions. ``alive``: whether a session still runs (by
+    default its harness process on this host; a Slurm-launched one asks Slurm for its job).
     The transcript gets a ``session_interrupted`` event that continues its hash chain; a
     partial last line (killed mid-write) is preserved as a blob by the transcript writer.
     """
     marked = []
-    for attempt_dir, record in records.all_records(runs_root):
+    found = (records.study_records(study_root) if study_root is not None
+             else records.all_records(runs_root))
+    for attempt_dir, record in found:
         if record.status != "running":
             continue
-        if process_alive(record.harness_pid, record.host):
+        if alive(record):
             continue
         with TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME) as transcript:
             transcript.append("session_interrupted", {
-                "reason": f"harness process {record.harness_pid} is gone; found by cleanup",
+                "reason": f"harness process {record.harness_pid} is gone"
+                          + (f" (Slurm job {record.launch.job_id} ended)"
+                             if record.launch and record.launch.job_id else "")
+                          + "; the session never ended",
             })
             record.transcript = TranscriptHead(events=transcript.next_seq,
                                                head=transcript.last_hash)

@@ -1,24 +1,43 @@
-"""The study file: tasks x pairs x arms, the model, budgets and seeds; and its assignment.
+"""The study file: tasks x pairs x arms, the model, budgets, caps and seeds; its assignment.
 
 Pairs are numbered across the whole study, task by task: with 2 tasks and 3 pairs per task,
 pairs 1-3 are the first task's and 4-6 the second's. Both arms of a pair share the task and
 the seed, so a pair differs only by its arm.
+
+The project's default study (what ``harness session`` runs without ``--study``) is set here
+and nowhere else: ``$HARNESS_STUDY`` if set, else ``studies/pilot.yaml``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import random
+import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from grading.packet import CUDA_CONFIGURATIONS
 from harness.budget import Budget
 from harness.errors import HarnessError, validation_problem, yaml_problem
 from harness.images import REPO_ROOT
 
 ArmName = Literal["control", "treatment"]
+# What a task's sessions may claim: evidence for the treatment-vs-control comparison (the
+# diagnostic gate in harness/freeze.py must accept it), or only a coverage audit (they run
+# and are reported, labelled as not evidence of benefit).
+Comparison = Literal["treatment-vs-control", "coverage-audit"]
+
+DEFAULT_STUDY = Path("studies/pilot.yaml")
+STUDY_ENV = "HARNESS_STUDY"
+
+
+def default_study_path() -> Path:
+    """The study a command uses without ``--study``: ``$HARNESS_STUDY``, else the pilot."""
+    return Path(os.environ.get(STUDY_ENV) or DEFAULT_STUDY)
 
 
 class Arm(BaseModel):
@@ -36,12 +55,22 @@ class TaskRef(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     packet: Path | None = None  # default: task_packets/<id>
     hidden: Path | None = None  # default: hidden/<id>
+    # TrainCheck's reports root: <reports>/<id>/reference/ (the frozen reference the treatment
+    # tool uses) and <reports>/<id>/calibration.json (the diagnostic gate's evidence).
+    reports: Path | None = None  # default: reports/traincheck
+    comparison: Comparison = "treatment-vs-control"
 
     def packet_dir(self) -> Path:
         return _resolve(self.packet or Path("task_packets") / self.id)
 
     def hidden_dir(self) -> Path:
         return _resolve(self.hidden or Path("hidden") / self.id)
+
+    def reports_root(self) -> Path:
+        return _resolve(self.reports or Path("reports") / "traincheck")
+
+    def traincheck_dir(self) -> Path:
+        return self.reports_root() / self.id
 
 
 class RetryPolicy(BaseModel):
@@ -58,7 +87,12 @@ class RetryPolicy(BaseModel):
 
 
 class AgentSettings(BaseModel):
-    """The model every session of the study uses, and its call settings."""
+    """The model every session of the study uses, and its call settings.
+
+    A ``scripted:`` model may name its file with ``{task}`` and ``{arm}`` placeholders (one
+    scripted solve per task, and a scripted agent that uses the treatment tool); a real model
+    may not, so both arms of a study always talk to the same model.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,6 +107,49 @@ class AgentSettings(BaseModel):
     tool_output_chars: int = Field(default=16_000, ge=1000)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
 
+    @model_validator(mode="after")
+    def _placeholders(self) -> AgentSettings:
+        fields = set(re.findall(r"\{([^}]*)\}", self.model))
+        if fields and not self.model.startswith("scripted:"):
+            raise ValueError("only a scripted: model may use {task}/{arm} placeholders")
+        if fields - {"task", "arm"}:
+            raise ValueError(f"unknown placeholder(s) {sorted(fields - {'task', 'arm'})} "
+                             "in agent.model (use {task} and {arm})")
+        return self
+
+    def for_session(self, task: str, arm: str) -> AgentSettings:
+        """The settings one session uses: placeholders in a scripted model filled in."""
+        if "{" not in self.model:
+            return self
+        return self.model_copy(update={"model": self.model.format(task=task, arm=arm)})
+
+
+class StudyCaps(BaseModel):
+    """Compute for the whole matrix; no session starts whose budget the rest cannot cover."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_hours: float | None = Field(default=None, ge=0)
+    gpu_hours: float | None = Field(default=None, ge=0)
+
+
+class MatrixPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Attempts per session when infrastructure fails (harness error, daemon error, sandbox
+    # lost, provider retries exhausted, grader error); an agent outcome is never retried.
+    max_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class Resources(BaseModel):
+    """What one session is promised: CPUs (the container's limit and its CPU-hours) and GPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Default: the packet's declared need, the ranks of its largest CPU configuration.
+    cpus_per_session: float | None = Field(default=None, gt=0)
+    gpus_per_session: int = Field(default=0, ge=0)
+
 
 class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +162,9 @@ class Study(BaseModel):
     arms: dict[ArmName, Arm]
     agent: AgentSettings
     budget: Budget
+    caps: StudyCaps = Field(default_factory=StudyCaps)
+    matrix: MatrixPolicy = Field(default_factory=MatrixPolicy)
+    resources: Resources = Field(default_factory=Resources)
     runs_dir: Path = Path("runs")
 
     @model_validator(mode="after")
@@ -103,6 +183,9 @@ class Study(BaseModel):
 
     def runs_root(self) -> Path:
         return _resolve(self.runs_dir) / self.name
+
+    def agent_for(self, spec: Assignment) -> AgentSettings:
+        return self.agent.for_session(spec.task, spec.arm)
 
 
 class Assignment(BaseModel):
@@ -170,6 +253,44 @@ def all_assignments(study: Study) -> list[Assignment]:
         for pair in range(1, study.pair_count + 1)
         for arm in ("control", "treatment")
     ]
+
+
+def launch_order(study: Study) -> list[Assignment]:
+    """Every session in the order a matrix launches them, randomised from the study seed.
+
+    Blocked by pair: the pairs come in a random order and, within each, the two arms in a
+    random order, so both arms of a pair run side by side (same machine load, same provider
+    conditions) and neither arm systematically runs first. ``random.Random`` seeded with a
+    string is stable across Python versions; the lock records the result anyway.
+    """
+    rng = random.Random(f"{study.name}:{study.seed}:launch-order")
+    pairs = list(range(1, study.pair_count + 1))
+    rng.shuffle(pairs)
+    order: list[Assignment] = []
+    for pair in pairs:
+        arms = ["control", "treatment"]
+        rng.shuffle(arms)
+        order += [assignment(study, pair, arm) for arm in arms]
+    return order
+
+
+def session_budget(study: Study, default_budget: dict[str, float]) -> Budget:
+    """A session's budget: the packet's defaults, overridden by what the study sets."""
+    return Budget.model_validate({**default_budget,
+                                  **study.budget.model_dump(exclude_unset=True)})
+
+
+def configuration_ranks(name: str) -> int:
+    """Processes one configuration runs: the trailing number of its name (``gloo-ddp-2``)."""
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 1
+
+
+def session_resources(study: Study, configurations: list[str]) -> tuple[float, int]:
+    """(CPUs, GPUs) one session of a task with these declared configurations is promised."""
+    cpu = [configuration_ranks(c) for c in configurations if c not in CUDA_CONFIGURATIONS]
+    cpus = study.resources.cpus_per_session or float(max(cpu, default=1))
+    return cpus, study.resources.gpus_per_session
 
 
 def task_ref(study: Study, task_id: str) -> TaskRef:

@@ -40,7 +40,7 @@ from harness.traincheck.reference import (
     load_frozen,
     tree_sha256,
 )
-from harness.traincheck.variants import TaskFiles
+from harness.traincheck.variants import REPORTS_ROOT, TaskFiles
 
 REFERENCE_DIR = "/tmp/traincheck-reference"
 RUNS_DIR = "/tmp/traincheck"
@@ -126,14 +126,18 @@ class TraincheckTool:
         self.runs = 0
 
     @classmethod
-    def for_task(cls, task: str, packet: TaskPacket, hidden: Path) -> TraincheckTool:
-        """Load and check the task's frozen reference on the host; any problem is one line."""
+    def for_task(cls, task: str, packet: TaskPacket, hidden: Path,
+                 reports_root: Path = REPORTS_ROOT) -> TraincheckTool:
+        """Load and check the task's frozen reference on the host; any problem is one line.
+
+        ``reports_root``: the folder holding ``<task>/reference/`` (a study may name its own).
+        """
         spec = packet.spec.diagnostics
         if spec is None:
             raise HarnessError(f"task {task} declares no diagnostics runs, so the treatment "
                                "arm's traincheck tool has nothing to run",
                                "add a `diagnostics:` section to its packet.yaml")
-        files = TaskFiles(task=task, packet=packet, hidden=hidden)
+        files = TaskFiles(task=task, packet=packet, hidden=hidden, reports_root=reports_root)
         manifest_path = files.reports / "reference" / "manifest.json"
         if not manifest_path.exists():
             raise HarnessError(f"no frozen TrainCheck reference for {task} at {manifest_path}",
