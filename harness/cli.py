@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from collections.abc import Callable
@@ -23,12 +24,24 @@ app.add_typer(images_app, name="images")
 traincheck_app = typer.Typer(no_args_is_help=True,
                              help="TrainCheck's diagnostic capability on a task (issue 6).")
 app.add_typer(traincheck_app, name="traincheck")
+matrix_app = typer.Typer(no_args_is_help=True,
+                         help="Plan, run and watch every session of a frozen study.")
+app.add_typer(matrix_app, name="matrix")
 # Logs and CI are not terminals: give tables room instead of rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 150)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 300)
 
-DEFAULT_STUDY = Path("studies/demo.yaml")
 DEFAULT_RUNS = REPO_ROOT / "runs"
+# The default study is set in harness/study.py (DEFAULT_STUDY, STUDY_ENV); every command that
+# takes --study resolves it at run time, so HARNESS_STUDY set later is honoured.
+STUDY_HELP = "study file (default: $HARNESS_STUDY, else studies/pilot.yaml, the pilot)"
+StudyOption = Annotated[Path | None, typer.Option(help=STUDY_HELP, show_default=False)]
+
+
+def _study(study: Path | None) -> Path:
+    from harness.study import default_study_path
+
+    return study if study is not None else default_study_path()
 
 
 def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,16 +88,24 @@ def images_build(
 def session(
     pair: Annotated[int, typer.Option(help="pair number (1..pairs in the study)")],
     arm: Annotated[str, typer.Option(help="control or treatment")],
-    study: Annotated[Path, typer.Option(help="study file")] = DEFAULT_STUDY,
+    study: StudyOption = None,
     model: Annotated[str | None, typer.Option(help="PROVIDER:NAME; outside the study")] = None,
     grade: Annotated[bool, typer.Option(help="grade the diff when the session ends")] = True,
-    gpus: Annotated[int, typer.Option(help="GPUs to allocate exclusively")] = 0,
+    gpus: Annotated[int | None, typer.Option(
+        help="GPUs to allocate exclusively (default: what the study promises; another number "
+             "puts the session outside the frozen study)", show_default=False)] = None,
 ) -> None:
-    """Run one agent session end to end: container, agent, transcript, diff, grade."""
+    """Run one agent session end to end: container, agent, transcript, diff, grade.
+
+    Without --study: the default study, $HARNESS_STUDY if set, else the pilot.
+
+    A frozen study that drifted from its lock is refused; a session on a study never frozen,
+    or with --model, is recorded as outside the frozen study.
+    """
     from harness.session import SessionOptions, run_session
 
-    attempt = run_session(SessionOptions(study_path=study, pair=pair, arm=arm, model=model,
-                                         grade=grade, gpus=gpus), log=_log)
+    attempt = run_session(SessionOptions(study_path=_study(study), pair=pair, arm=arm,
+                                         model=model, grade=grade, gpus=gpus), log=_log)
     _print_sessions([attempt])
 
 
@@ -96,11 +117,15 @@ def grade_cmd(
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
 ) -> None:
     """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
+    from harness.freeze import check_attempt
     from harness.grade import GRADER_ERROR, grade_attempt
+    from harness.images import docker_client
     from harness.records import resolve_attempt
 
     attempt = resolve_attempt(session_ref, runs)
-    summary = grade_attempt(attempt, log=_log)
+    client = docker_client()
+    check_attempt(attempt, client)  # a study session: refused when its lock drifted
+    summary = grade_attempt(attempt, client=client, log=_log)
     _print_sessions([attempt])
     if summary.verdict == GRADER_ERROR:
         raise typer.Exit(1)
@@ -132,20 +157,278 @@ def cleanup(
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
     all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]
     = False,
+    study: Annotated[str | None, typer.Option(
+        help="only this study's containers and sessions (its name)")] = None,
 ) -> None:
     """Remove containers and volumes left by dead harness processes; mark their sessions."""
     from harness.images import docker_client
+    from harness.matrix import record_alive
     from harness.sandbox import cleanup_orphans
     from harness.session import mark_interrupted
 
-    report = cleanup_orphans(docker_client(), include_live=all_)
-    marked = mark_interrupted(runs)
+    labels = {"org.harness.study": study} if study else None
+    report = cleanup_orphans(docker_client(), include_live=all_, labels=labels)
+    marked = mark_interrupted(runs, study_root=runs / study if study else None,
+                              alive=record_alive)
     console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
                   f"volume(s); marked {len(marked)} session(s) interrupted")
     for name in report.containers:
         console.print(f"  container {name}")
     for path in marked:
         console.print(f"  interrupted {path}")
+
+
+@app.command("freeze")
+@clear_errors
+def freeze_cmd(
+    study: StudyOption = None,
+    verify: Annotated[bool, typer.Option(
+        "--verify", help="recompute every digest and list each item that drifted")] = False,
+) -> None:
+    """Freeze a study: digests of everything its results rest on, the diagnostic gate's
+    decision per task, and the assignment with its launch order (runs/<study>/locks/)."""
+    from harness import freeze
+    from harness.images import docker_client
+    from harness.study import load_study
+
+    path = _study(study)
+    client = docker_client()
+    if verify:
+        loaded = load_study(path)
+        frozen = freeze.latest_lock(loaded)
+        if frozen is None:
+            raise HarnessError(f"study {loaded.name} is not frozen",
+                               f"run `harness freeze --study {path}` first")
+        drifted = freeze.drift(frozen, loaded, path, client)
+        if not drifted:
+            console.print(f"ok: study {loaded.name} matches its lock, revision "
+                          f"{frozen.lock.revision} ({len(frozen.lock.items)} items)")
+            return
+        table = Table(title=f"{loaded.name}: {len(drifted)} item(s) drifted from revision "
+                            f"{frozen.lock.revision}")
+        for column in ("item", "source", "locked", "now"):
+            table.add_column(column)
+        for item in drifted:
+            table.add_row(item.name, item.source, item.locked[:16], item.now[:16])
+        console.print(table)
+        err_console.print(f"error: {len(drifted)} item(s) drifted, first: "
+                          f"{drifted[0].line(frozen.lock.revision)} (fix: restore them, or "
+                          f"freeze a new revision with `harness freeze --study {path}`)",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
+    frozen, new = freeze.freeze(path, client)
+    lock = frozen.lock
+    table = Table(title=f"study {lock.study}, revision {lock.revision}: the diagnostic gate")
+    for column in ("task", "rule", "why"):
+        table.add_column(column)
+    for gate in lock.gate:
+        table.add_row(gate.task, gate.rule, gate.detail)
+    console.print(table)
+    state = "wrote" if new else "unchanged since"
+    console.print(f"{state} {frozen.path} ({len(lock.items)} digests, {len(lock.sessions)} "
+                  f"sessions; lock sha256 {frozen.sha256[:16]})", markup=False,
+                  highlight=False)
+
+
+def _matrix_table(rows: list[Any], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("#", "session", "state", "attempt", "outcome", "verdict", "wall s",
+                   "tokens", "CPU-h", "GPU-h", "queue s", "job", "note"):
+        table.add_column(column, overflow="fold")
+    colours = {"finished": "green", "failed": "red", "interrupted": "yellow",
+               "running": "cyan", "grading": "cyan", "queued": "blue"}
+
+    def num(value: float | None, digits: int) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    for row in rows:
+        colour = colours.get(row.state)
+        label = row.session_id + (" (coverage audit)" if row.comparison == "coverage-audit"
+                                  else "")
+        table.add_row(
+            str(row.order), label, f"[{colour}]{row.state}[/{colour}]" if colour else row.state,
+            str(row.attempt or "-"), row.outcome or "-", row.verdict or "-", num(row.wall_s, 1),
+            "-" if row.tokens is None else str(row.tokens), num(row.cpu_hours, 3),
+            num(row.gpu_hours, 3), num(row.queue_s, 1), row.job or "-", row.note[:80])
+    return table
+
+
+@matrix_app.command("plan")
+@clear_errors
+def matrix_plan(study: StudyOption = None) -> None:
+    """The frozen sessions in launch order, with resources and budgets, and the caps."""
+    from harness import freeze
+    from harness.images import docker_client
+    from harness.matrix import host_cores, local_slots, worst_case
+    from harness.study import load_study
+
+    path = _study(study)
+    loaded = load_study(path)
+    frozen = freeze.require_lock(loaded, path, docker_client())
+    lock = frozen.lock
+    table = Table(title=f"study {lock.study}, revision {lock.revision} (lock "
+                        f"{frozen.sha256[:16]}): {len(lock.sessions)} sessions in launch order")
+    for column in ("#", "session", "pair", "arm", "seed", "CPUs", "GPUs", "wall s",
+                   "tokens", "tool calls", "runs", "max CPU-h", "max GPU-h"):
+        table.add_column(column, overflow="fold")
+    total_cpu = total_gpu = 0.0
+    covered = 0
+    for s in lock.sessions:
+        cpu, gpu = worst_case(s)
+        total_cpu, total_gpu = total_cpu + cpu, total_gpu + gpu
+        if ((lock.caps.cpu_hours is None or total_cpu <= lock.caps.cpu_hours + 1e-9)
+                and (lock.caps.gpu_hours is None or total_gpu <= lock.caps.gpu_hours + 1e-9)):
+            covered += 1
+        b = s.budget
+        table.add_row(str(s.order), s.session_id, str(s.pair), s.arm, str(s.seed),
+                      f"{s.cpus:g}", str(s.gpus), f"{b.wall_seconds:g}",
+                      "-" if b.tokens_total is None else str(b.tokens_total),
+                      "-" if b.tool_calls is None else str(b.tool_calls),
+                      "-" if b.candidate_runs is None else str(b.candidate_runs),
+                      f"{cpu:.2f}", f"{gpu:.2f}")
+    console.print(table)
+    for model in sorted({s.model for s in lock.sessions}):
+        console.print(f"model: {model}", markup=False, highlight=False)
+    for gate in lock.gate:
+        console.print(f"{gate.task}: {gate.rule} ({gate.detail})", markup=False,
+                      highlight=False)
+
+    def cap(value: float | None) -> str:
+        return "none" if value is None else f"{value:g}"
+
+    slots, over = local_slots(lock.sessions, None, False)
+    console.print(f"study caps: CPU-hours {cap(lock.caps.cpu_hours)}, GPU-hours "
+                  f"{cap(lock.caps.gpu_hours)}; at their full budgets the sessions may use "
+                  f"{total_cpu:.2f} CPU-h and {total_gpu:.2f} GPU-h, and the caps cover the "
+                  f"first {covered} of {len(lock.sessions)}", markup=False, highlight=False)
+    console.print(f"infrastructure failures retried up to {lock.max_attempts} attempts; local "
+                  f"slots on this host: {slots} ({host_cores()} cores"
+                  f"{', oversubscribed' if over else ''})", markup=False, highlight=False)
+
+
+@matrix_app.command("run")
+@clear_errors
+def matrix_run(
+    study: StudyOption = None,
+    executor: Annotated[str, typer.Option(help="local or slurm")] = "local",
+    parallel: Annotated[int | None, typer.Option(
+        help="session slots (default: host cores / CPUs per session, and GPUs / GPUs per "
+             "session; on Slurm: no limit)", show_default=False)] = None,
+    graders: Annotated[int, typer.Option(help="gradings at once beside the sessions "
+                                              "(local)")] = 1,
+    oversubscribe: Annotated[bool, typer.Option(
+        help="allow --parallel to promise more CPUs than the host has (demos only)")] = False,
+    detach: Annotated[bool, typer.Option(help="Slurm: submit and return")] = False,
+    slurm_arg: Annotated[list[str] | None, typer.Option(
+        help="extra sbatch argument, e.g. --slurm-arg=--partition=gpu (repeatable)")] = None,
+) -> None:
+    """Launch every session not yet finished, each graded as soon as it ends; resumable."""
+    from rich.console import Group
+    from rich.live import Live
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from harness.matrix import RunOptions, run_matrix
+
+    if executor not in ("local", "slurm"):
+        raise HarnessError(f"unknown executor {executor!r}", "use --executor local or slurm")
+    options = RunOptions(study_path=_study(study), executor=executor,  # type: ignore[arg-type]
+                         parallel=parallel, graders=graders, oversubscribe=oversubscribe,
+                         detach=detach, slurm_args=slurm_arg or [])
+    if parallel is not None and parallel < 1:
+        raise HarnessError("--parallel must be at least 1", "pass --parallel 1 or more")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    bar = progress.add_task("finished", total=None)
+    live = Live(console=console, refresh_per_second=4) if console.is_terminal else None
+
+    def display(rows: list[Any], summary: str) -> None:
+        if live is None:
+            return
+        done = sum(r.state == "finished" for r in rows)
+        progress.update(bar, total=len(rows), completed=done, description=summary)
+        live.update(Group(_matrix_table(rows, "matrix"), progress))
+
+    with live if live is not None else contextlib.nullcontext():
+        result = run_matrix(options, log=_log if live is None else
+                            lambda m: live.console.print(m, markup=False, highlight=False),
+                            display=display)
+    if live is None:
+        console.print(_matrix_table(result.rows, "matrix"))
+    counts: dict[str, int] = {}
+    for row in result.rows:
+        counts[row.state] = counts.get(row.state, 0) + 1
+    console.print(f"matrix: launched {result.launched} session(s); "
+                  + ", ".join(f"{n} {k}" for k, n in counts.items()), markup=False,
+                  highlight=False)
+    if result.stop:
+        err_console.print(f"stopped: {result.stop}", markup=False, highlight=False,
+                          soft_wrap=True)
+    if not result.complete and not detach:
+        sys.exit(1)
+
+
+@matrix_app.command("status")
+@clear_errors
+def matrix_status(
+    study: StudyOption = None,
+    watch: Annotated[bool, typer.Option(help="refresh until Ctrl-C")] = False,
+    every: Annotated[float, typer.Option(help="seconds between refreshes")] = 2.0,
+) -> None:
+    """Each session's state, attempt, outcome, verdict, usage and queue time."""
+    import time
+
+    from rich.live import Live
+
+    from harness import freeze
+    from harness.images import docker_client
+    from harness.matrix import status_rows
+    from harness.study import load_study
+
+    path = _study(study)
+    loaded = load_study(path)
+    frozen = freeze.latest_lock(loaded)
+    if frozen is None:
+        raise HarnessError(f"study {loaded.name} is not frozen",
+                           f"run `harness freeze --study {path}` first")
+    # Status still shows what was recorded when the study drifted, and says so plainly.
+    drifted = freeze.drift(frozen, loaded, path, docker_client())
+
+    def render() -> Table:
+        rows, _state = status_rows(loaded, frozen)
+        done = sum(r.state == "finished" for r in rows)
+        return _matrix_table(rows, f"study {loaded.name}, revision {frozen.lock.revision}: "
+                                   f"{done}/{len(rows)} finished")
+
+    if watch:
+        with Live(render(), console=console, refresh_per_second=1) as live:
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    time.sleep(every)
+                    live.update(render())
+    else:
+        console.print(render())
+    if drifted:
+        err_console.print(f"error: study {loaded.name} drifted from its lock: "
+                          f"{drifted[0].line(frozen.lock.revision)} (fix: restore it, or "
+                          f"freeze a new revision; `harness freeze --verify` lists all)",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+@matrix_app.command("worker", hidden=True)
+@clear_errors
+def matrix_worker(
+    study: Annotated[Path, typer.Option()],
+    session: Annotated[str | None, typer.Option()] = None,
+    grade_attempt: Annotated[Path | None, typer.Option()] = None,
+    grade: Annotated[bool, typer.Option()] = True,
+) -> None:
+    """One job of a matrix run (started by `matrix run`, locally or as a Slurm job)."""
+    from harness.matrix import run_worker
+
+    if (session is None) == (grade_attempt is None):
+        raise HarnessError("a worker runs either --session or --grade-attempt",
+                           "workers are started by `harness matrix run`")
+    run_worker(study, session_id=session, grade_dir=grade_attempt, grade=grade, log=_log)
 
 
 ConfigOption = Annotated[list[str] | None,
