@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The test suite after the same set-up: lint, then pytest against the real Docker engine.
+# The test suite after the same set-up: lint, then pytest against the real Docker engine and
+# a real single-node Slurm cluster (installed from Debian packages and started on loopback by
+# scripts/slurm/cluster.sh; idempotent, it reuses a running one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/slurm/cluster.sh start
+export SLURM_CONF
+SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 .venv/bin/ruff check .
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
