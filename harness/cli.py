@@ -360,8 +360,8 @@ def matrix_run(
                   + ", ".join(f"{n} {k}" for k, n in counts.items()), markup=False,
                   highlight=False)
     if result.stop:
-        err_console.print(f"stopped: {result.stop}", markup=False, highlight=False,
-                          soft_wrap=True)
+        stop = result.stop if result.stop.startswith("error:") else f"stopped: {result.stop}"
+        err_console.print(stop, markup=False, highlight=False, soft_wrap=True)
     if not result.complete and not detach:
         sys.exit(1)
 

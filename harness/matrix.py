@@ -649,7 +649,9 @@ def run_matrix(options: RunOptions, *, log: Callable[[str], None],
     frozen = freeze.require_lock(study, options.study_path, client)
     if options.executor == "slurm":
         slurm.check_reachable()
-    with run_lock(study):
+    from harness.session import _signals_as_interrupt
+
+    with run_lock(study), _signals_as_interrupt():  # SIGTERM/SIGHUP stop it like Ctrl-C
         housekeeping(study)
         return _Run(study, frozen, options, log, display).loop()
 

@@ -156,6 +156,8 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     if options.grade and record.diff is not None:
         from harness.grade import grade_attempt
 
+        if frozen is not None:  # the hidden checks must still be the frozen ones
+            freeze.check(frozen, study, options.study_path, client)
         grade_attempt(attempt_dir, client=client, log=log)
     return attempt_dir
 

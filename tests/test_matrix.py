@@ -174,6 +174,41 @@ def test_an_infrastructure_failure_is_retried_and_an_agent_outcome_is_not(
     assert not study_containers(client, name)
 
 
+def test_sigterm_stops_the_running_sessions_cleanly(
+    tmp_path: Path, client: docker.DockerClient
+) -> None:
+    write_script(tmp_path, [{"tool": "bash", "args": {"command": "sleep 60"}},
+                            {"tool": "submit", "args": {"summary": "never reached"}}])
+    study, name = matrix_study(tmp_path, pairs=1, model=f"scripted:{tmp_path}/agent.yaml")
+    proc = subprocess.Popen([*HARNESS, "matrix", "run", "--study", str(study)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def both_sleeping() -> bool:
+        try:
+            return sum(any("sleep 60" in row[-1] for row in box.top().get("Processes") or [])
+                       for box in study_containers(client, name)) == 2
+        except docker.errors.APIError:
+            return False
+
+    try:
+        wait_for(both_sleeping, 300, "both sessions to run", proc)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == ["interrupted by SIGTERM: running sessions recorded as interrupted; rerun "
+                     "`harness matrix run` to resume"], lines
+    found = attempts(tmp_path, name)
+    assert len(found) == 2
+    assert all(rs[-1].status == rs[-1].outcome == "interrupted" for rs in found.values())
+    assert not study_containers(client, name)
+    status = harness("matrix", "status", "--study", str(study))
+    assert status.stdout.count("interrupted") == 4, status.stdout  # state and outcome
+
+
 def test_caps_stop_a_session_whose_budget_they_cannot_cover(tmp_path: Path) -> None:
     # The fixture's 900 s wall budget at 1 CPU is 0.25 CPU-hours; 0.3 covers one session.
     study, name = matrix_study(tmp_path, pairs=1, caps={"cpu_hours": 0.1})
