@@ -54,6 +54,7 @@ from grading.models import (
     Outcome,
     RestoreInfo,
     SealInfo,
+    configuration_results,
     count_outcomes,
     verdict_for,
 )
@@ -1034,10 +1035,13 @@ def grade(opts: GradeOptions) -> GradeReport:
     if layout.flags.exists():
         raise GraderError(f"grader defect: {_read_text(layout.flags).splitlines()[0]}")
 
+    not_run = unavailable_configurations(opts.packet)
+    configurations = configuration_results(contracts, list(opts.packet.configurations), not_run)
     return GradeReport(
         submission_id=opts.submission_id,
         task_id=opts.packet.id,
-        verdict=verdict_for(contracts, diff_applied=apply_error is None),
+        verdict=verdict_for(contracts, diff_applied=apply_error is None,
+                            configurations=configurations, cuda=CUDA_CONFIGURATIONS),
         contracts=contracts,
         counts=count_outcomes(contracts),
         diff=DiffInfo(
@@ -1060,7 +1064,8 @@ def grade(opts: GradeOptions) -> GradeReport:
                       candidate_processes_killed_at_end=killed),
         python_version=platform.python_version(),
         torch_version=_torch_version(),
-        configurations_not_run=unavailable_configurations(opts.packet),
+        configurations_not_run=not_run,
+        configurations=configurations if apply_error is None else {},
     )
 
 

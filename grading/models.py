@@ -11,13 +11,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GRADE_SCHEMA_VERSION = 2
+GRADE_SCHEMA_VERSION = 3
 GRADER_VERSION = "0.1.0"
 
 Outcome = Literal["pass", "fail", "crash", "hang", "not_run", "diff_rejected"]
 OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "crash", "hang", "not_run", "diff_rejected")
 
-Verdict = Literal["complete", "incomplete", "diff_rejected"]
+# complete: every declared configuration ran and every contract passed. complete_on_cpu: every
+# contract passed, but declared CUDA configurations could not run here, so nothing is known
+# of them (CPU multi-process success is no evidence of CUDA/NCCL behaviour). incomplete: a
+# contract did not pass, or a declared CPU configuration was exercised by no contract.
+# diff_rejected: the diff does not apply; nothing was run.
+Verdict = Literal["complete", "complete_on_cpu", "incomplete", "diff_rejected"]
+VERDICTS: tuple[Verdict, ...] = ("complete", "complete_on_cpu", "incomplete", "diff_rejected")
+ConfigurationOutcomeName = Literal["pass", "fail", "not_run"]
 
 ContractKind = Literal["public_tests", "hidden_check"]
 
@@ -39,6 +46,19 @@ class ContractResult(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict)
     # Path of the log file relative to --out, when a command ran for this contract.
     log: str | None = None
+
+
+class ConfigurationResult(BaseModel):
+    """One declared configuration: how the contracts that exercise it ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: ConfigurationOutcomeName
+    # The contracts that exercise it (a check's recorded ``configurations``; cpu-1 when a
+    # check declares none).
+    contracts: list[str] = Field(default_factory=list)
+    # Why it did not run (no GPUs here, no contract exercises it), or which contracts failed.
+    reason: str | None = None
 
 
 class DiffInfo(BaseModel):
@@ -110,6 +130,8 @@ class GradeReport(BaseModel):
     # Declared configurations this grader could not run (e.g. CUDA on a CPU machine), with
     # the reason. Listed in the verdict, never counted as passed.
     configurations_not_run: dict[str, str] = Field(default_factory=dict)
+    # Every declared configuration, in the packet's order, and how it ended.
+    configurations: dict[str, ConfigurationResult] = Field(default_factory=dict)
 
 
 def count_outcomes(contracts: list[ContractResult]) -> dict[Outcome, int]:
@@ -119,10 +141,49 @@ def count_outcomes(contracts: list[ContractResult]) -> dict[Outcome, int]:
     return counts
 
 
-def verdict_for(contracts: list[ContractResult], *, diff_applied: bool) -> Verdict:
+def contract_configurations(contract: ContractResult) -> list[str]:
+    """The configurations a contract exercises, as its check recorded them (cpu-1 if none)."""
+    props = contract.evidence.get("properties") or {}
+    declared = props.get("configurations") if isinstance(props, dict) else None
+    if not isinstance(declared, str) or not declared.strip():
+        return ["cpu-1"]
+    return [c.strip() for c in declared.split(",") if c.strip()]
+
+
+def configuration_results(contracts: list[ContractResult], declared: list[str],
+                          not_run: dict[str, str]) -> dict[str, ConfigurationResult]:
+    """Each declared configuration's outcome: not_run when it could not run here or no
+    contract exercises it, fail when any contract exercising it did not pass, else pass."""
+    results: dict[str, ConfigurationResult] = {}
+    for name in declared:
+        ids = [c.id for c in contracts if name in contract_configurations(c)]
+        failed = [c.id for c in contracts if c.id in ids and c.outcome != "pass"]
+        if name in not_run:
+            results[name] = ConfigurationResult(outcome="not_run", contracts=ids,
+                                                reason=not_run[name])
+        elif not ids:
+            results[name] = ConfigurationResult(outcome="not_run",
+                                                reason="no contract exercises it")
+        elif failed:
+            results[name] = ConfigurationResult(outcome="fail", contracts=ids,
+                                                reason="not passed: " + ", ".join(failed[:8]))
+        else:
+            results[name] = ConfigurationResult(outcome="pass", contracts=ids)
+    return results
+
+
+def verdict_for(contracts: list[ContractResult], *, diff_applied: bool,
+                configurations: dict[str, ConfigurationResult] | None = None,
+                cuda: frozenset[str] = frozenset()) -> Verdict:
+    """The honest verdict: ``complete`` only when everything declared was shown."""
     if not diff_applied:
         return "diff_rejected"
     # No contracts at all proves nothing, so it cannot be complete.
-    if contracts and all(c.outcome == "pass" for c in contracts):
+    if not contracts or any(c.outcome != "pass" for c in contracts):
+        return "incomplete"
+    unshown = [n for n, r in (configurations or {}).items() if r.outcome != "pass"]
+    if not unshown:
         return "complete"
+    if all(n in cuda for n in unshown):
+        return "complete_on_cpu"
     return "incomplete"

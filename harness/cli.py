@@ -667,8 +667,7 @@ def _print_sessions(attempts: list[Path]) -> None:
         table.add_row(
             rec.session_id, str(rec.attempt), rec.outcome or "-",
             str(len(rec.diff.files_changed)) if rec.diff else "-",
-            (grade.verdict + (f" (not run: {', '.join(grade.configurations_not_run)})"
-                              if grade.configurations_not_run else "")) if grade else "not graded",
+            grade.shown() if grade else "not graded",
             ", ".join(f"{k} {v}" for k, v in grade.counts.items() if v) if grade else "-",
             f"{rec.usage.wall_seconds:.1f}" if rec.usage else "-",
             str(rec.usage.tool_calls) if rec.usage else "-",

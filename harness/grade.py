@@ -301,11 +301,12 @@ def grade_attempt(
         report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
         summary = records.GradeSummary(
             verdict=report.verdict, folder=folder, counts=report.counts,
-            configurations_not_run=report.configurations_not_run)
-        log(f"grade: {report.verdict} "
+            configurations_not_run=report.configurations_not_run,
+            configurations={k: v.outcome for k, v in report.configurations.items()})
+        log(f"grade: {summary.shown()}; "
             + ", ".join(f"{k}={v}" for k, v in report.counts.items()))
-        for name, why in report.configurations_not_run.items():
-            log(f"not run: {name} ({why})")
+        for name, result in report.configurations.items():
+            log(f"  {name}: {result.outcome}" + (f" ({result.reason})" if result.reason else ""))
     except GraderFailed as exc:
         summary = records.GradeSummary(verdict=GRADER_ERROR, folder=folder, reason=exc.reason)
         log(f"grade: {GRADER_ERROR}: {exc.reason}")

@@ -35,14 +35,26 @@ class DiffSummary(BaseModel):
 
 
 class GradeSummary(BaseModel):
-    # The grader's verdict, or "grader_error" when no trustworthy grade came back.
+    # The grader's verdict (grading.models.Verdict: complete, complete_on_cpu, incomplete,
+    # diff_rejected), or "grader_error" when no trustworthy grade came back.
     verdict: str
     folder: str
     counts: dict[str, int] = Field(default_factory=dict)
     # Declared configurations the grader could not run, with why (never counted as passed).
     configurations_not_run: dict[str, str] = Field(default_factory=dict)
+    # Every declared configuration's outcome (pass, fail, not_run).
+    configurations: dict[str, str] = Field(default_factory=dict)
     # Why a grader_error is one.
     reason: str | None = None
+
+    def shown(self) -> str:
+        """The verdict as a reader must see it: what was not determined, in so many words."""
+        if self.verdict == "complete_on_cpu":
+            cuda = ", ".join(self.configurations_not_run) or "CUDA"
+            return f"complete_on_cpu (not determined for CUDA: {cuda} not run)"
+        if self.configurations_not_run:
+            return f"{self.verdict} (not run: {', '.join(self.configurations_not_run)})"
+        return self.verdict
 
 
 class TranscriptHead(BaseModel):

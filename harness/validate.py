@@ -53,6 +53,8 @@ class VariantResult(BaseModel):
     expected_failing: list[str]
     mismatches: list[str]
     grade_folder: str
+    # Per declared configuration: pass, fail or not_run (as the grade reports it).
+    configurations: dict[str, str] = Field(default_factory=dict)
     # Per contract: the check's declared oracle, configurations, tolerance and measured values.
     evidence: dict[str, dict[str, str]] = Field(default_factory=dict)
 
@@ -145,8 +147,7 @@ def validate_task(
             if unknown:
                 raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
                                    "use reference, baseline or fault:<id>")
-            kept = {v.variant: v for v in (previous.variants if previous else [])}
-            plans = [plan for plan in plans if plan[0] in only or plan[0] not in kept]
+            plans = [plan for plan in plans if plan[0] in only]
         for variant, patch, expected in plans:
             diff_path = work / f"{variant.replace(':', '-')}.diff"
             diff_path.write_bytes(patch)
@@ -158,9 +159,17 @@ def validate_task(
                                              hidden=hidden_dir, diff=diff_path),
                                 grade_dir, client=client)
             outcomes = {c.id: c.outcome for c in report.contracts}
+            mismatches = compare(variant, outcomes, expected)
+            if variant == "reference":
+                # A declared CPU configuration no contract exercises is an oracle gap: the
+                # reference could never be shown complete on it.
+                mismatches += [f"reference: declared configuration {name} is exercised by no "
+                               "contract" for name, r in report.configurations.items()
+                               if r.reason == "no contract exercises it"]
             variants.append(VariantResult(
                 variant=variant, verdict=report.verdict, outcomes=outcomes,
-                expected_failing=expected, mismatches=compare(variant, outcomes, expected),
+                expected_failing=expected, mismatches=mismatches,
+                configurations={k: r.outcome for k, r in report.configurations.items()},
                 grade_folder=str(grade_dir),
                 evidence={c.id: contract_evidence(c.evidence) for c in report.contracts},
             ))

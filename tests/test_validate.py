@@ -18,10 +18,20 @@ def test_fixture_task_validates_in_both_directions(tmp_path: Path) -> None:
                              "fault:scheduler-not-resumed"}
     assert report.ok, [m for v in report.variants for m in v.mismatches]
     assert variants["reference"].verdict == "complete"
+    assert variants["reference"].configurations == {"cpu-1": "pass"}
     assert variants["baseline"].outcomes["public-tests"] == "pass"
     resumed = "hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"
     assert variants["fault:scheduler-not-resumed"].outcomes[resumed] == "fail"
     assert "PASS" in render_markdown(report)
+
+    # --variant grades exactly the named variants; the rest come from the earlier summary.
+    again = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=lambda _m: None,
+                          only=["baseline"], previous=report.model_copy(
+                              update={"variants": report.variants[:1]}))
+    graded = {v.variant: v.grade_folder for v in again.variants}
+    assert set(graded) == {"reference", "baseline"}
+    assert graded["reference"] == variants["reference"].grade_folder
+    assert graded["baseline"] != variants["baseline"].grade_folder
 
 
 def test_a_mismatch_in_either_direction_is_reported() -> None:

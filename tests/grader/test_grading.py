@@ -350,6 +350,43 @@ def test_unavailable_cuda_configurations_are_listed_never_passed(
     assert all(not c["id"].startswith("cuda") for c in report["contracts"])
 
 
+# One check that passes on the solved calc task and says it runs in one process.
+VERDICT_HIDDEN = '''
+from grading import probe
+
+
+def test_add(record_property):
+    """add(2, 3) is 5, in one process."""
+    record_property("configurations", "cpu-1")
+    assert probe.call("calc_probe", "call", name="add", args=[2, 3]) == 5
+'''
+
+
+@pytest.mark.parametrize(("declared", "verdict", "shown"), [
+    (["cpu-1"], "complete", {"cpu-1": "pass"}),
+    # CUDA could not run on this CPU machine: everything that ran passed, CUDA is unknown.
+    (["cpu-1", "cuda-ddp-2"], "complete_on_cpu", {"cpu-1": "pass", "cuda-ddp-2": "not_run"}),
+    # A declared CPU configuration that no contract exercises was never shown.
+    (["cpu-1", "gloo-ddp-2"], "incomplete", {"cpu-1": "pass", "gloo-ddp-2": "not_run"}),
+])
+def test_the_verdict_says_what_was_shown(calc_task: dict[str, Path], tmp_path: Path,
+                                         declared: list[str], verdict: str,
+                                         shown: dict[str, str]) -> None:
+    (calc_task["hidden"] / "checks" / "test_calc_hidden.py").write_text(VERDICT_HIDDEN)
+    packet = yaml.safe_load(calc_task["packet"].read_text())
+    packet["configurations"] = declared
+    calc_task["packet"].write_text(yaml.safe_dump(packet))
+    _, report = grade_calc(calc_task, tmp_path,
+                           lambda repo: (repo / "calc.py").write_text(CALC_SOLVED), "verdict")
+    if report["configurations_not_run"] == {} and "cuda-ddp-2" in declared:
+        pytest.skip("this grader has 2 GPUs: CUDA is not unknown here")  # never on CI
+    assert set(outcomes(report).values()) == {"pass"}
+    assert report["verdict"] == verdict
+    assert {k: v["outcome"] for k, v in report["configurations"].items()} == shown
+    if "gloo-ddp-2" in declared:
+        assert report["configurations"]["gloo-ddp-2"]["reason"] == "no contract exercises it"
+
+
 def grade_calc(
     task: dict[str, Path],
     tmp_path: Path,
