@@ -293,7 +293,7 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         good = [g for g in record.grades if g.verdict != GRADER_ERROR]
         if record.diff is None or good:
             row.state = "finished"
-            row.verdict = good[-1].verdict if good else "no diff"
+            row.verdict = good[-1].shown() if good else "no diff"
             return row
         errors = len(record.grades)
         row.verdict = GRADER_ERROR if errors else "not graded"
@@ -860,7 +860,7 @@ class _Run:
         if job.kind == "grade":
             attempt_dir = Path(job.attempt_dir or "")
             record = records.read_record(attempt_dir) if attempt_dir.is_dir() else None
-            verdict = record.grades[-1].verdict if record and record.grades else "no grade"
+            verdict = record.grades[-1].shown() if record and record.grades else "no grade"
             self.log(f"graded {sid}: {verdict}")
             if job.end != "exit 0" and not (record and record.grades):
                 self._launch_failed(job)
@@ -870,7 +870,7 @@ class _Run:
             return
         record = mine[-1]
         self.log(f"{sid} attempt {record.attempt}: {record.status}, {record.outcome}"
-                 + (f", graded {record.grades[-1].verdict}" if record.grades else ""))
+                 + (f", graded {record.grades[-1].shown()}" if record.grades else ""))
         if outcomes.outcome_kind(record.outcome) == "infra":
             self.queued_at[sid] = time.time()  # back in the queue from now
 
