@@ -42,6 +42,7 @@ from harness.errors import HarnessError
 MANAGED_LABEL = "org.harness.managed"
 OWNER_PID_LABEL = "org.harness.owner-pid"
 OWNER_HOST_LABEL = "org.harness.owner-host"
+RUNS_LABEL = "org.harness.runs"
 WORKSPACE = "/workspace"
 AGENT_USER = "1000:1000"
 # PID 1 as root, out of the agent's reach; CAP_KILL lets it kill the agent's processes when

@@ -36,6 +36,7 @@ from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
 from harness.records import LaunchInfo, SessionRecord, TranscriptHead
 from harness.sandbox import (
+    RUNS_LABEL,
     WORKSPACE,
     Sandbox,
     SandboxLimits,
@@ -211,6 +212,9 @@ def _run_attempt(
                 client, record.image_id, gpu_ids=lease.gpu_ids, name_hint=record.session_id,
                 labels={"org.harness.study": study.name, "org.harness.session": record.session_id,
                         "org.harness.attempt": str(record.attempt),
+                        # Which runs folder owns it: two hosts' users (or two test runs) may
+                        # run the same study and session at once.
+                        RUNS_LABEL: str(study.runs_root()),
                         "org.harness.role": "agent"},
                 limits=SandboxLimits(cpus=cpus),
             )

@@ -12,7 +12,7 @@ import yaml
 
 from harness import images
 from harness.images import REPO_ROOT
-from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, Sandbox, SandboxLimits
+from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
 
 TEST_LABEL = "org.harness.test"
 # tests/grader/ runs inside the grader image (tests/test_grader_image.py), where grading runs.
@@ -72,9 +72,12 @@ def demo_attempt(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        log=lambda _m: None)
 
 
-def session_containers(client: docker.DockerClient, session_id: str) -> list[object]:
+def session_containers(client: docker.DockerClient, session_id: str,
+                       runs_root: Path) -> list[object]:
+    """This test's containers of a session: another run of the same study may share the host."""
     return client.containers.list(
-        all=True, filters={"label": [MANAGED_LABEL, f"org.harness.session={session_id}"]}
+        all=True, filters={"label": [MANAGED_LABEL, f"org.harness.session={session_id}",
+                                     f"{RUNS_LABEL}={runs_root}"]}
     )
 
 

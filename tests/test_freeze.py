@@ -150,7 +150,7 @@ def test_the_default_study_is_the_pilot_and_needs_an_api_key(
     result = subprocess.run([*HARNESS, "session", "--pair", "3", "--arm", "control"],
                             capture_output=True, text=True, timeout=120, env=env)
     one_error_line(result, "ANTHROPIC_API_KEY is not set", "anthropic:")
-    assert session_containers(client, "moe-router-pair3-control") == []
+    assert session_containers(client, "moe-router-pair3-control", session.parent) == []
     assert set(session.glob("attempt-*")) == attempts  # nothing recorded
     help_text = harness("session", "--help", env={"COLUMNS": "200"}).stdout
     assert "HARNESS_STUDY" in help_text and "studies/pilot.yaml" in help_text
@@ -289,5 +289,5 @@ def test_a_frozen_session_records_its_lock_and_grading_it_refuses_drift(
     result = harness("session", "--study", str(study), "--pair", "1", "--arm", "treatment")
     one_error_line(result, f"hidden {TINY} checks")
     assert not (tmp_path / f"runs/frozen/{TINY}-pair1-treatment").exists()
-    assert session_containers(client, f"{TINY}-pair1-treatment") == []
+    assert session_containers(client, f"{TINY}-pair1-treatment", tmp_path / "runs/frozen") == []
     check.write_bytes(original)

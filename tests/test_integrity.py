@@ -56,7 +56,7 @@ def assert_ended_cleanly(attempt: Path, client: docker.DockerClient,
     assert record.transcript is not None and record.transcript.events == verdict.events
     if record.diff is not None:
         assert record.grades, "a diff exists but was not graded"
-    assert session_containers(client, SESSION) == []
+    assert session_containers(client, SESSION, attempt.parent.parent) == []
     return record
 
 
@@ -309,7 +309,7 @@ def test_a_sandbox_that_dies_under_the_agent_is_the_outcome_sandbox_lost(
         while time.monotonic() < deadline:
             if transcript.exists() and b'"kind":"tool_call"' in transcript.read_bytes():
                 time.sleep(0.5)
-                for container in session_containers(client, SESSION):
+                for container in session_containers(client, SESSION, tmp_path / "runs/fixture"):
                     container.kill()  # as an OOM kill of PID 1 would end it
                 return
             time.sleep(0.1)
@@ -348,7 +348,8 @@ def test_a_malformed_packet_is_one_clear_line(
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "fix:" in lines[0], lines
     assert all(word in lines[0] for word in words), lines[0]
-    assert not (tmp_path / "runs").exists() and session_containers(client, SESSION) == []
+    assert not (tmp_path / "runs").exists()
+    assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
 
 
 def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
@@ -365,7 +366,8 @@ def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
 
     def sleeping() -> bool:  # the command runs in the container, not just recorded as called
         try:
-            return any("sleep 60" in row[-1] for box in session_containers(client, SESSION)
+            boxes = session_containers(client, SESSION, tmp_path / "runs/fixture")
+            return any("sleep 60" in row[-1] for box in boxes
                        for row in box.top().get("Processes") or [])
         except docker.errors.APIError:  # created, not started yet
             return False

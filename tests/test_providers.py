@@ -19,7 +19,7 @@ from harness.agent.tools import COMMON_TOOLS, EXTRA_TOOLS, ToolSpec, tools_for_a
 from harness.session import SessionOptions, run_session
 from harness.study import AgentSettings, RetryPolicy
 from harness.transcript import read_events, verify
-from tests.conftest import write_script, write_study
+from tests.conftest import session_containers, write_script, write_study
 from tests.fake_model_server import (
     FakeModelServer,
     Reply,
@@ -261,7 +261,6 @@ def test_missing_key_is_one_clear_line_and_no_container(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(variable, raising=False)
-    before = {c.id for c in client.containers.list(all=True)}
     study = write_study(tmp_path)
     result = subprocess.run([sys.executable, "-m", "harness.cli", "session", "--study",
                              str(study), "--pair", "1", "--arm", "control", "--model", model],
@@ -270,7 +269,8 @@ def test_missing_key_is_one_clear_line_and_no_container(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and variable in lines[0] and lines[0].startswith("error:")
     assert not (tmp_path / "runs").exists()
-    assert {c.id for c in client.containers.list(all=True)} == before
+    assert session_containers(client, "tiny-regression-pair1-control",
+                              tmp_path / "runs/fixture") == []
 
 
 def test_model_override_is_recorded_outside_the_study(

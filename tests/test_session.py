@@ -37,7 +37,7 @@ def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient
     for rel, digest in manifest["files"].items():
         if not digest.startswith("symlink:"):
             assert records.sha256_file(demo_attempt / rel) == digest, rel
-    assert session_containers(client, SESSION) == []
+    assert session_containers(client, SESSION, demo_attempt.parent.parent) == []
 
 
 def test_editing_one_byte_of_a_transcript_fails_verify_naming_the_event(
@@ -100,7 +100,7 @@ def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
     record = records.read_record(attempt)
     assert record.outcome == "harness_error" and "injected failure" in (record.error or "")
     assert verify(attempt / records.TRANSCRIPT_NAME).ok
-    assert session_containers(client, SESSION) == []
+    assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
 
 
 def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.DockerClient) -> None:
@@ -123,12 +123,13 @@ def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.Dock
         pytest.fail("the session never reached its first tool call")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert len(session_containers(client, SESSION)) == 1  # left behind by the kill
+    # left behind by the kill
+    assert len(session_containers(client, SESSION, tmp_path / "runs/fixture")) == 1
     assert verify(transcript).ok
     result = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--runs",
                              str(tmp_path / "runs")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert session_containers(client, SESSION) == []
+    assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
     record = records.read_record(transcript.parent)
     assert record.status == "interrupted" and record.outcome == "interrupted"
     report = verify(transcript)
