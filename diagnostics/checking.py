@@ -36,7 +36,8 @@ def read_invariants(path: Path) -> list[dict[str, Any]]:
 def _json_stream(text: str) -> list[dict[str, Any]]:
     """Concatenated (pretty-printed) JSON objects, as TrainCheck's failed.log holds them."""
     decoder = json.JSONDecoder()
-    objects, pos = [], 0
+    objects: list[dict[str, Any]] = []
+    pos = 0
     while True:
         while pos < len(text) and text[pos].isspace():
             pos += 1

@@ -200,7 +200,8 @@ def compare_values(a: Any, b: Any) -> dict[str, Any]:
     """Leaf-by-leaf comparison of two nested values (``a`` = the run, ``b`` = ``plain``)."""
     flat_a, flat_b = flatten(a), flatten(b)
     common = [k for k in flat_b if k in flat_a]
-    differing, max_abs = [], 0.0
+    differing: list[dict[str, Any]] = []
+    max_abs = 0.0
     for key in common:
         same, diff, note = _compare_leaves(flat_a[key], flat_b[key])
         if diff is not None and diff > max_abs:

@@ -352,12 +352,12 @@ def apply_diff(tree: Path, patch: bytes) -> str | None:
     identity = sealed.popen_identity()
     try:
         subprocess.run(["git", "init", "--quiet"], env=env, cwd=tree, check=True,
-                       capture_output=True, timeout=60, **identity)  # type: ignore[call-overload]
+                       capture_output=True, timeout=60, **identity)
         (git_dir / "info").mkdir(exist_ok=True)
         (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
         proc = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", "-"],
                               input=patch, env=env, cwd=tree, capture_output=True,
-                              timeout=120, **identity)  # type: ignore[call-overload]
+                              timeout=120, **identity)
     finally:
         sealed.end_job()
         sealed.make_readable_tree(tree)
@@ -716,7 +716,7 @@ class _HiddenRunner:
                     # (GRADING_OUTCOME_PROPERTY): that is an outcome of its own, never "fail".
                     run_outcome = props.get(GRADING_OUTCOME_PROPERTY)
                     if run_outcome in ("crash", "hang"):
-                        outcome = run_outcome
+                        outcome = "crash" if run_outcome == "crash" else "hang"
                         reason = f"the check's training run ended in {run_outcome}"
                 elif child.tag == "error":
                     outcome = "crash"
@@ -875,7 +875,7 @@ class _HiddenRunner:
                     nodeid, outcome, reason=reason, evidence={"round": round_no}, log=log_rel
                 )
         if progress.in_progress is None:
-            outcome: Outcome = "hang" if res.timed_out else "crash"
+            outcome = "hang" if res.timed_out else "crash"
             why = (
                 res.kill_reason
                 if res.timed_out

@@ -181,7 +181,7 @@ def run_command(
     pass False. ``reap_candidate=False`` leaves other candidate processes alone: a launcher
     whose ranks run side by side reaps once, after the last rank.
     """
-    identity = sealed.popen_identity() if as_candidate else {}
+    identity = sealed.popen_identity() if as_candidate else sealed.PopenIdentity()
     run_id = str(uuid.uuid4())
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     child_env = dict(env)
@@ -213,7 +213,7 @@ def run_command(
             stderr=write_fd,
             start_new_session=True,
             close_fds=True,
-            **identity,  # type: ignore[arg-type]
+            **identity,
         )
     except BaseException:
         os.close(read_fd)

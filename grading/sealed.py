@@ -40,6 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
 # Where job folders go (a root-owned 0711 folder: the candidate can reach a job folder it is
@@ -73,7 +74,14 @@ def candidate() -> Candidate:
     return Candidate(uid=uid, gid=uid)
 
 
-def popen_identity() -> dict[str, object]:
+class PopenIdentity(TypedDict, total=False):
+    user: int
+    group: int
+    extra_groups: list[int]
+    umask: int
+
+
+def popen_identity() -> PopenIdentity:
     """``subprocess.Popen`` keyword arguments that start the child as the candidate.
 
     Popen switches uid/gid in the child between fork and exec (no ``preexec_fn``, so it is safe
@@ -81,7 +89,7 @@ def popen_identity() -> dict[str, object]:
     capability, and ``no-new-privileges`` on the container keeps it that way.
     """
     who = candidate()
-    return {"user": who.uid, "group": who.gid, "extra_groups": [], "umask": 0o077}
+    return PopenIdentity(user=who.uid, group=who.gid, extra_groups=[], umask=0o077)
 
 
 def _uids_of(pid: str) -> tuple[set[int], bool]:
@@ -300,7 +308,7 @@ def check_reachable(path: Path) -> None:
     # so a relative test would not see a closed folder above ``path``.
     proc = subprocess.run(["/bin/sh", "-c", 'test -r "$0" && test -x "$0"', str(path)],
                           cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True,
-                          timeout=30, **popen_identity())  # type: ignore[call-overload]
+                          timeout=30, **popen_identity())
     if proc.returncode != 0:
         raise SealError(f"the candidate uid cannot read {path}; every folder above it must be "
                         "world-searchable (o+x)")

@@ -65,7 +65,7 @@ class BudgetExhausted(Exception):
         return f"budget_exhausted:{self.kind}"
 
 
-OnChange = Callable[[str, dict[str, Any]], None]
+OnChange = Callable[[str, dict[str, Any]], object]  # what it returns is ignored
 
 
 def deadline(budget: Budget, *, gpus: int, cpus: float) -> tuple[float, BudgetKind]:

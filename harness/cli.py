@@ -618,21 +618,21 @@ def validate(
                            only=variant, previous=previous)
     table = Table(title=f"gold validation: {task}")
     table.add_column("contract")
-    for variant in result.variants:
-        table.add_column(variant.variant)
+    for graded in result.variants:
+        table.add_column(graded.variant)
     for contract in result.contracts:
         cells = []
-        for variant in result.variants:
-            outcome = variant.outcomes.get(contract, "-")
-            bad = any(contract in m for m in variant.mismatches)
+        for graded in result.variants:
+            outcome = graded.outcomes.get(contract, "-")
+            bad = any(contract in m for m in graded.mismatches)
             cells.append(f"[red]{outcome}![/red]" if bad else outcome)
         table.add_row(contract, *cells)
     console.print(table)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / f"{task}.md").write_text(render_markdown(result))
     (report_dir / f"{task}.json").write_text(result.model_dump_json(indent=1))
-    for variant in result.variants:
-        for mismatch in variant.mismatches:
+    for graded in result.variants:
+        for mismatch in graded.mismatches:
             err_console.print(mismatch, markup=False, highlight=False)
     console.print(f"validation {'passed' if result.ok else 'FAILED'}; summary in "
                   f"{report_dir / (task + '.md')}")

@@ -238,7 +238,7 @@ def grade_diff(
         hidden_tree_sha256=tree_sha256(inputs.hidden),
         grader_source_sha256=grader_source_sha256(),
     )
-    record = {"grader_image_id": grader_id, "submission_id": submission_id,
+    record: dict[str, object] = {"grader_image_id": grader_id, "submission_id": submission_id,
               "graded_at": utc_timestamp(), "expected": expected.model_dump()}
     try:
         with grader_sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
@@ -260,8 +260,8 @@ def grade_diff(
                  "--expect-hidden-sha256", expected.hidden_tree_sha256],
                 timeout_s=timeout_s, artifact=out_dir / "grader-output.log", user=JUDGE_USER,
             )
-            record.update(exit_code=result.exit_code, timed_out=result.timed_out,
-                          duration_s=result.duration_s)
+            record.update({"exit_code": result.exit_code, "timed_out": result.timed_out,
+                           "duration_s": result.duration_s})
             report = collect_grade(sandbox, result, out_dir, expected,
                                    canaries=_canaries(inputs.hidden))
     except GraderFailed as exc:
@@ -300,7 +300,8 @@ def grade_attempt(
     try:
         report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
         summary = records.GradeSummary(
-            verdict=report.verdict, folder=folder, counts=report.counts,
+            verdict=report.verdict, folder=folder,
+            counts={str(k): n for k, n in report.counts.items()},
             configurations_not_run=report.configurations_not_run,
             configurations={k: v.outcome for k, v in report.configurations.items()})
         log(f"grade: {summary.shown()}; "

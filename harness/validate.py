@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import docker
@@ -89,7 +89,8 @@ def _fault_diff(baseline: Path, reference: bytes, fault: bytes, work: Path) -> b
     return patch
 
 
-def compare(variant: str, outcomes: dict[str, str], expected_failing: list[str]) -> list[str]:
+def compare(variant: str, outcomes: Mapping[str, str],
+            expected_failing: list[str]) -> list[str]:
     """Every way the outcomes disagree with the expectation, one line each."""
     problems = []
     for contract, outcome in sorted(outcomes.items()):
@@ -158,7 +159,7 @@ def validate_task(
                                              packet_yaml=packet_dir / "packet.yaml",
                                              hidden=hidden_dir, diff=diff_path),
                                 grade_dir, client=client)
-            outcomes = {c.id: c.outcome for c in report.contracts}
+            outcomes: dict[str, str] = {c.id: c.outcome for c in report.contracts}
             mismatches = compare(variant, outcomes, expected)
             if variant == "reference":
                 # A declared CPU configuration no contract exercises is an oracle gap: the

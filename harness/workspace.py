@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 import git
 from pydantic import BaseModel, Field
@@ -413,7 +414,7 @@ def _clear(path: Path, *, keep_dir: bool) -> None:
         os.unlink(path)
 
 
-def _write_file(path: Path, src: io.BufferedIOBase | io.RawIOBase, mode: int) -> None:
+def _write_file(path: Path, src: IO[bytes], mode: int) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     with os.fdopen(fd, "wb") as out:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -136,10 +136,9 @@ class ToolError(Exception):
     """The call cannot be carried out as asked; the message goes back to the model."""
 
 
-class ExtraTool(Protocol):
-    """The handler of an extra tool: called with the runner and the model's arguments."""
-
-    def __call__(self, runner: ToolRunner, /, **args: Any) -> ToolResult: ...
+# The handler of an extra tool: called with the runner and the model's arguments as keywords;
+# each handler declares its own, so the type cannot name them.
+ExtraTool = Callable[..., "ToolResult"]
 
 
 def _lone_surrogate(value: Any, where: str) -> str | None:

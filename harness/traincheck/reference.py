@@ -190,7 +190,8 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
 
     learned = [json.loads(line) for line in box.read_bytes(invariants).decode().splitlines()
                if line.strip()]
-    kept_lines, by_relation = [], {}
+    kept_lines: list[str] = []
+    by_relation: dict[str, int] = {}
     for inv in learned:
         if invariant_id(inv) in dropped:
             continue
@@ -205,8 +206,8 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
         {"config": config, "violated_ids": sorted(control_ids),
          "violations": [v.model_dump() for v in control_violations]}, indent=1) + "\n")
     policy_path = dest / "policy.json"
-    policy = json.loads(policy_path.read_text()) if policy_path.exists() else {"policy": POLICY,
-                                                                                "dropped": {}}
+    policy: dict[str, Any] = (json.loads(policy_path.read_text()) if policy_path.exists()
+                              else {"policy": POLICY, "dropped": {}})
     policy["dropped"][config] = [
         {"id": v["id"], "relation": v["relation"], "rule": v["rule"],
          "reason": "violated by the reference solution's traced run beyond the control set"}

@@ -74,7 +74,7 @@ class AnthropicProvider(Provider):
                 system=system,
                 messages=api_messages,  # type: ignore[arg-type]
                 tools=[{"name": t["name"], "description": t["description"],
-                        "input_schema": t["parameters"]} for t in tools],  # type: ignore[misc]
+                        "input_schema": t["parameters"]} for t in tools],
                 max_tokens=max_output_tokens,
                 timeout=timeout_s,
                 **self.request_settings(),

@@ -72,7 +72,7 @@ class OpenAIProvider(Provider):
             response = self.client.chat.completions.create(
                 model=self.model,
                 messages=to_openai_messages(messages),  # type: ignore[arg-type]
-                tools=[{"type": "function", "function": t} for t in tools],  # type: ignore[misc]
+                tools=[{"type": "function", "function": t} for t in tools],  # type: ignore[typeddict-item]
                 max_completion_tokens=max_output_tokens,
                 timeout=timeout_s,
                 **self.request_settings(),
@@ -84,11 +84,12 @@ class OpenAIProvider(Provider):
             raise mapped from exc
         try:  # a body that parsed as JSON but is not a completion is a malformed response
             choice = response.choices[0]
-            calls = [
-                ToolCall(id=c.id, name=c.function.name,
-                         args=parse_arguments(c.function.arguments))
-                for c in choice.message.tool_calls or []
-            ]
+            calls = []
+            for c in choice.message.tool_calls or []:
+                if c.type != "function":  # never offered, so never a valid reply
+                    raise ProviderError("malformed_response", f"a {c.type!r} tool call")
+                calls.append(ToolCall(id=c.id, name=c.function.name,
+                                      args=parse_arguments(c.function.arguments)))
             if response.usage is None:
                 raise ProviderError("malformed_response", "the response carries no usage")
             return ModelTurn(
