@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The test suite after the same set-up: lint, then pytest against the real Docker engine and
-# a real single-node Slurm cluster (installed from Debian packages and started on loopback by
-# scripts/slurm/cluster.sh; idempotent, it reuses a running one).
+# The test suite after the same set-up: lint, import contracts (lint-imports), types (mypy),
+# then the unit layer with no Docker engine reachable, then the integration layer against the
+# real Docker engine and a real single-node Slurm cluster (installed from Debian packages and
+# started on loopback by scripts/slurm/cluster.sh; idempotent, it reuses a running one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,4 +10,9 @@ scripts/slurm/cluster.sh start
 export SLURM_CONF
 SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 .venv/bin/ruff check .
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+.venv/bin/lint-imports
+.venv/bin/mypy
+# The unit layer first, with no engine reachable: it must never need one.
+DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:cacheprovider \
+  tests/unit
+.venv/bin/python -m pytest -q -p no:cacheprovider -m integration "$@"

@@ -13,16 +13,33 @@ import yaml
 from harness import images
 from harness.images import REPO_ROOT
 from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
+from harness.study import RetryPolicy
+from tests.fake_model_server import FakeModelServer
 
 TEST_LABEL = "org.harness.test"
 # tests/grader/ runs inside the grader image (tests/test_grader_image.py), where grading runs.
 collect_ignore = ["grader"]
+UNIT_DIR = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The layer is the folder: tests/unit needs no engine, everything else is integration,
+    # so `-m "not integration"` and `pytest tests/unit` select the same tests.
+    for item in items:
+        if UNIT_DIR not in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
-def client() -> docker.DockerClient:
+def client() -> Iterator[docker.DockerClient]:
     # No skip: the suite exists to exercise the real engine (scripts/test.sh starts it).
-    return images.docker_client()
+    # Only tests that ask for the engine connect to it: tests/unit runs with no daemon.
+    engine = images.docker_client()
+    yield engine
+    # Only this test process's containers: another pytest run may be using its own right now.
+    mine = [TEST_LABEL, f"{OWNER_PID_LABEL}={os.getpid()}"]
+    for container in engine.containers.list(all=True, filters={"label": mine}):
+        container.remove(force=True, v=True)
 
 
 @pytest.fixture(scope="session")
@@ -81,10 +98,16 @@ def session_containers(client: docker.DockerClient, session_id: str,
     )
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_leftover_test_containers(client: docker.DockerClient) -> Iterator[None]:
-    yield
-    # Only this test process's containers: another pytest run may be using its own right now.
-    mine = [TEST_LABEL, f"{OWNER_PID_LABEL}={os.getpid()}"]
-    for container in client.containers.list(all=True, filters={"label": mine}):
-        container.remove(force=True, v=True)
+# Retries fast enough for a test, with the same shape as a study's policy.
+FAST_RETRY = RetryPolicy(max_attempts=5, initial_wait_s=0.05, max_wait_s=2.0, jitter_s=0.01)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModelServer]:
+    """The local API server, with the SDKs' environment pointing at it."""
+    with FakeModelServer() as srv:
+        for kind in ("OPENAI", "ANTHROPIC"):
+            monkeypatch.setenv(f"{kind}_API_KEY", "test-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{srv.url}/v1")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.url)
+        yield srv

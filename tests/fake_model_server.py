@@ -70,6 +70,22 @@ def anthropic_text_reply(text: str, *, input_tokens: int, output_tokens: int) ->
     })
 
 
+def tool_reply(kind: str, name: str, args: dict[str, Any], inp: int, out: int,
+               call_id: str = "c1") -> Reply:
+    """A tool call in the API named by ``kind`` (``openai`` or ``anthropic``)."""
+    if kind == "openai":
+        return openai_tool_reply(name, args, prompt_tokens=inp, completion_tokens=out,
+                                 call_id=call_id)
+    return anthropic_tool_reply(name, args, input_tokens=inp, output_tokens=out,
+                                call_id=call_id)
+
+
+def text_reply(kind: str, text: str, inp: int, out: int) -> Reply:
+    if kind == "openai":
+        return openai_text_reply(text, prompt_tokens=inp, completion_tokens=out)
+    return anthropic_text_reply(text, input_tokens=inp, output_tokens=out)
+
+
 class FakeModelServer:
     """``with FakeModelServer() as server: server.replies += [...]; server.url``."""
 

@@ -2,94 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import write_study
-
-HARNESS = [sys.executable, "-m", "harness.cli"]
-
-
-def harness(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
-
-
-def assert_one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and "fix:" in lines[0]
-    for word in words:
-        assert word in lines[0], lines[0]
-    assert "Traceback" not in result.stderr
-
-
-def test_unknown_study_file(tmp_path: Path) -> None:
-    result = harness("session", "--study", str(tmp_path / "nope.yaml"), "--pair", "1",
-                     "--arm", "control")
-    assert_one_error_line(result, "nope.yaml", "does not exist")
-
-
-def test_malformed_study_file(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\ntasks: [\n")
-    assert_one_error_line(harness("session", "--study", str(bad), "--pair", "1", "--arm",
-                                  "control"), "not valid YAML")
-    bad.write_text("name: x\ntasks: []\n")
-    assert_one_error_line(harness("session", "--study", str(bad), "--pair", "1", "--arm",
-                                  "control"), "bad.yaml")
-
-
-@pytest.mark.parametrize(("pair", "arm", "words"), [
-    ("7", "control", ("pairs 1-1", "not 7")),
-    ("1", "placebo", ("unknown arm", "placebo")),
-])
-def test_unknown_pair_or_arm(tmp_path: Path, pair: str, arm: str, words: tuple[str]) -> None:
-    study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", pair, "--arm", arm)
-    assert_one_error_line(result, *words)
-    assert not (tmp_path / "runs").exists()  # nothing was started or recorded
-
-
-def test_docker_daemon_down(tmp_path: Path) -> None:
-    study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
-                     env={"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"})
-    assert_one_error_line(result, "Docker daemon")
-    assert not (tmp_path / "runs").exists()
+from tests.helpers import harness, one_error_line
 
 
 def test_image_missing(tmp_path: Path) -> None:
     study = write_study(tmp_path)
     result = harness("session", "--study", str(study), "--pair", "1", "--arm", "treatment",
                      env={"HARNESS_IMAGE_TAG": "never-built"})
-    assert_one_error_line(result, "harness-treatment:never-built", "harness images build")
+    one_error_line(result, "harness-treatment:never-built", "harness images build")
     assert not (tmp_path / "runs").exists()
 
 
-def test_grade_of_unknown_session(tmp_path: Path) -> None:
-    result = harness("grade", str(tmp_path / "nothing"), "--runs", str(tmp_path))
-    assert_one_error_line(result, "no session found")
-
-
-def test_existing_attempts_are_never_overwritten(tmp_path: Path) -> None:
-    from harness.records import new_attempt_dir
-
-    first, n1 = new_attempt_dir(tmp_path / "s")
-    (first / "session.json").write_text("{}")
-    second, n2 = new_attempt_dir(tmp_path / "s")
-    assert second.name == "attempt-2" and not (second / "session.json").exists()
-    assert (n1, n2) == (1, 2) and (first / "session.json").read_text() == "{}"
-
-
-def test_malformed_model_override(tmp_path: Path) -> None:
-    study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
-                     "--model", "gpt-without-provider")
-    assert_one_error_line(result, "PROVIDER:NAME")
-    assert not (tmp_path / "runs").exists()

@@ -50,8 +50,3 @@ def test_second_build_rebuilds_nothing() -> None:
     assert set(report.image_ids) == {"rootfs", "base", "control", "treatment", "grader"}
 
 
-def test_inputs_hash_changes_with_the_parent() -> None:
-    spec = images.IMAGE_SPECS["control"]
-    assert images.inputs_hash(spec, "sha256:a", [], "torch==1") != images.inputs_hash(
-        spec, "sha256:b", [], "torch==1"
-    )

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -26,12 +25,11 @@ from harness.audit import verify_attempt
 from harness.images import REPO_ROOT
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, read_text
-from tests.conftest import session_containers, write_script, write_study
-from tests.fake_model_server import FakeModelServer, Reply
-from tests.test_providers import FAST_RETRY, tool_reply
+from tests.conftest import FAST_RETRY, session_containers, write_script, write_study
+from tests.fake_model_server import FakeModelServer, Reply, tool_reply
+from tests.helpers import HARNESS
 
 SESSION = "tiny-regression-pair1-control"
-HARNESS = [sys.executable, "-m", "harness.cli"]
 CHANGE = {"tool": "bash", "args": {"command": "echo '# changed by the agent' >> train.py"}}
 SUBMIT = {"tool": "submit", "args": {"summary": "done"}}
 
@@ -117,16 +115,6 @@ def test_file_names_that_are_not_utf8_reach_the_diff_and_the_grader(
     assert os.listdir(os.fsencode(attempt / "final" / os.fsdecode(b"dir\xfe"))) == [b"bad\xff.txt"]
     patch = (attempt / "submission.diff").read_bytes()
     assert b'"b/dir\\376/bad\\377.txt"' in patch and b'"b/caf\\351.txt"' in patch
-
-
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with FakeModelServer() as srv:
-        for kind in ("OPENAI", "ANTHROPIC"):
-            monkeypatch.setenv(f"{kind}_API_KEY", "test-key")
-        monkeypatch.setenv("OPENAI_BASE_URL", f"{srv.url}/v1")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.url)
-        yield srv
 
 
 def sdk_session(tmp_path: Path, kind: str, **budget: Any) -> Path:

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,14 +23,10 @@ from harness import records
 from harness.images import REPO_ROOT
 from harness.sandbox import MANAGED_LABEL
 from tests.conftest import write_script, write_study
+from tests.helpers import HARNESS, harness
 
-HARNESS = [sys.executable, "-m", "harness.cli"]
 TINY = "tiny-regression"
 SOLVE = REPO_ROOT / "tests/fixtures/agents/tiny-regression-solve.yaml"
-
-
-def harness(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def matrix_study(tmp: Path, *, pairs: int, model: str | None = None,

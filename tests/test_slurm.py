@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -19,9 +18,9 @@ import pytest
 from harness import slurm
 from harness.images import REPO_ROOT
 from tests.conftest import write_script
+from tests.helpers import HARNESS
 from tests.test_matrix import TINY, attempts, matrix_study, study_containers, wait_for
 
-HARNESS = [sys.executable, "-m", "harness.cli"]
 CLUSTER = REPO_ROOT / "scripts/slurm/cluster.sh"
 
 

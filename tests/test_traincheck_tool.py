@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from diagnostics.checking import invariant_id
 from harness import records
 from harness.agent.loop import build_system_prompt
 from harness.agent.tools import EXTRA_TOOLS, tools_for_arm
-from harness.agent.traincheck_tool import TraincheckTool
-from harness.errors import HarnessError
 from harness.images import REPO_ROOT
-from harness.packets import load_packet
 from harness.session import SessionOptions, run_session
 from harness.traincheck.reference import load_frozen
 from harness.traincheck.variants import task_files
@@ -52,30 +47,6 @@ def tool_results(attempt: Path, name: str) -> list[dict[str, Any]]:
 
 
 # --- host side, no container --------------------------------------------------------------
-
-
-def test_a_task_without_a_usable_reference_fails_before_any_container(tmp_path: Path) -> None:
-    # opsd-distill (qualified, not selected) declares no diagnostics runs: nothing to run.
-    script = write_script(tmp_path, [{"tool": "submit", "args": {"summary": "s"}}])
-    study = write_study(tmp_path, agent={"model": f"scripted:{script}"},
-                        tasks=[{"id": "opsd-distill",
-                                "packet": str(REPO_ROOT / "task_packets" / "opsd-distill"),
-                                "hidden": str(REPO_ROOT / "hidden" / "opsd-distill")}],
-                        arms={"control": {"image": "control"},
-                              "treatment": {"image": "treatment",
-                                            "extra_tools": ["traincheck"]}})
-    with pytest.raises(HarnessError, match="declares no diagnostics runs"):
-        run_session(SessionOptions(study_path=study, pair=1, arm="treatment", grade=False),
-                    log=lambda _m: None)
-    assert not (tmp_path / "runs").exists()
-
-    # A reference frozen for another packet repo would report the drift as violations.
-    packet = tmp_path / "packet"
-    shutil.copytree(REPO_ROOT / "task_packets" / TASK, packet)
-    (packet / "repo" / "train.py").write_text((packet / "repo" / "train.py").read_text() + "\n")
-    with pytest.raises(HarnessError, match=r"other inputs: the packet's repo/ changed") as exc:
-        TraincheckTool.for_task(TASK, load_packet(packet), REPO_ROOT / "hidden" / TASK)
-    assert "harness traincheck reference --task moe-router" in exc.value.line()
 
 
 # --- sessions, real containers -------------------------------------------------------------

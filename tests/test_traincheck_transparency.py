@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import docker
@@ -23,10 +22,7 @@ from harness.traincheck.transparency import (
     run_transparency,
 )
 from harness.traincheck.variants import task_files
-
-pytestmark = pytest.mark.docker
-
-HARNESS = [sys.executable, "-m", "harness.cli"]
+from tests.helpers import HARNESS
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,51 @@
+"""Helpers shared by test modules: running the CLI as a user would and reading its errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+
+from harness.images import REPO_ROOT
+
+HARNESS = [sys.executable, "-m", "harness.cli"]
+
+
+def harness(*args: str, env: dict[str, str] | None = None,
+            timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process; the timeout only guards the suite against a hang."""
+    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The CLI's contract for bad input: exit 2, one ``error: ... fix: ...`` line, no traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "fix:" in lines[0], lines
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def canaries() -> list[bytes]:
+    found = [p.read_text().strip().encode() for p in sorted(REPO_ROOT.glob("hidden/*/CANARY"))]
+    assert found, "every hidden/<task>/ must hold a CANARY"
+    for token in found:
+        assert token.startswith(b"HARNESS-CANARY-") and len(token) == len("HARNESS-CANARY-") + 36
+    return found
+
+
+def contains_any(chunks: Iterable[bytes], needles: list[bytes]) -> bytes | None:
+    """Stream search that also finds a needle split across two chunks."""
+    overlap = max(len(n) for n in needles) - 1
+    tail = b""
+    for chunk in chunks:
+        window = tail + chunk
+        for needle in needles:
+            if needle in window:
+                return needle
+        tail = window[-overlap:]
+    return None
