@@ -17,7 +17,9 @@ against the attempt limit.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
+
+from harness.budget import BudgetKind
 
 OutcomeKind = Literal["agent", "infra", "interrupted"]
 
@@ -48,3 +50,19 @@ def outcome_kind(outcome: str | None) -> OutcomeKind | None:
         if detail in INFRA_PROVIDER_ERRORS:
             return "infra"
     return None
+
+
+def require_known(outcome: str) -> str:
+    """A record holds only outcomes classified above (pydantic validator for SessionRecord)."""
+    if outcome_kind(outcome) is None:
+        raise ValueError(f"unclassified session outcome {outcome!r}: classify it in "
+                         "harness/outcomes.py")
+    return outcome
+
+
+def known_outcomes() -> list[str]:
+    """Every outcome a record may hold, for docs/records.md."""
+    budgets = [f"budget_exhausted:{k}" for k in get_args(BudgetKind)]
+    providers = [f"provider_error:{k}" for k in sorted(AGENT_PROVIDER_ERRORS
+                                                       | INFRA_PROVIDER_ERRORS)]
+    return sorted(AGENT_OUTCOMES | INFRA_OUTCOMES | {INTERRUPTED}) + budgets + providers

@@ -14,11 +14,11 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
-from harness import jsontext
+from harness import jsontext, outcomes
 from harness.budget import Usage
 from harness.errors import HarnessError
 from harness.sandbox import StopReport
@@ -79,7 +79,16 @@ class LaunchInfo(BaseModel):
     gpus: int = 0
 
 
+# session.json's format; absent (1) in records written before it was versioned.
+SESSION_SCHEMA_VERSION = 2
+# Only outcomes harness/outcomes.py classifies, so a matrix knows what each one means.
+SessionOutcome = Annotated[str, AfterValidator(outcomes.require_known)]
+
+
 class SessionRecord(BaseModel):
+    """``session.json``: one attempt of one session, rewritten as the session progresses."""
+
+    schema_version: int = 1
     study: str
     session_id: str
     attempt: int
@@ -100,7 +109,7 @@ class SessionRecord(BaseModel):
     container: str | None = None
     gpu_ids: list[str] = Field(default_factory=list)
     status: Literal["running", "finished", "interrupted"] = "running"
-    outcome: str | None = None
+    outcome: SessionOutcome | None = None
     error: str | None = None
     harness_pid: int
     host: str
@@ -129,7 +138,11 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def write_record(attempt_dir: Path, record: SessionRecord) -> None:
     # Not model_dump_json: a file name that is not UTF-8 (a lone surrogate) must not fail it.
-    text = jsontext.dumps(record.model_dump(mode="json"), indent=2)
+    data = record.model_dump(mode="json")
+    # Assignments are not validated: check here what every reader will check (an unclassified
+    # outcome), so a record that could not be read back is never written.
+    SessionRecord.model_validate(data)
+    text = jsontext.dumps(data, indent=2)
     atomic_write(attempt_dir / RECORD_NAME, text.encode())
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import docker
 from pydantic import BaseModel, ValidationError
 
-from harness import freeze, images, records
+from harness import events, freeze, images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
@@ -131,7 +131,8 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
 
     attempt_dir, attempt = records.new_attempt_dir(study.runs_root() / spec.session_id)
     record = SessionRecord(
-        study=study.name, session_id=spec.session_id, attempt=attempt, task=spec.task,
+        schema_version=records.SESSION_SCHEMA_VERSION, study=study.name,
+        session_id=spec.session_id, attempt=attempt, task=spec.task,
         pair=spec.pair, arm=spec.arm, seed=spec.seed, model=agent_settings.model,
         in_frozen_study=frozen is not None and options.model is None and gpus == study_gpus,
         study_revision=frozen.lock.revision if frozen else None,
@@ -143,7 +144,7 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     records.write_record(attempt_dir, record)
     log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}"
         + ("" if record.in_frozen_study else " (outside the frozen study)"))
-    transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME)
+    transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME, events.validate)
     try:
         with _signals_as_interrupt():
             _run_attempt(study, options, record, attempt_dir, packet, provider, tools, extras,
@@ -354,7 +355,8 @@ def mark_interrupted(
             continue
         if alive(record):
             continue
-        with TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME) as transcript:
+        with TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME,
+                              events.validate) as transcript:
             transcript.append("session_interrupted", {
                 "reason": f"harness process {record.harness_pid} is gone"
                           + (f" (Slurm job {record.launch.job_id} ended)"

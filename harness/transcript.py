@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePath
 from types import TracebackType
@@ -210,8 +210,12 @@ class TranscriptWriter:
     chain while the harness that owns the transcript is still alive (a SIGKILL releases it).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path,
+                 validate: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        # ``validate`` checks each event's kind and data before it is written (the session
+        # passes harness.events.validate; the chain itself does not depend on any schema).
         self.path = Path(path)
+        self._validate = validate
         self.blob_dir = blob_dir(self.path)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -296,9 +300,12 @@ class TranscriptWriter:
     def append(self, kind: str, data: dict[str, Any] | None = None) -> Event:
         """Write one event durably (write + fsync) and return it."""
         # Round-trip through canonical JSON so the returned event equals what read_events yields.
-        payload = json.loads(canonical_json(self._spill(_to_jsonable(data or {}))))
-        if not isinstance(payload, dict):
+        plain = _to_jsonable(data or {})
+        if not isinstance(plain, dict):
             raise TypeError("transcript data must be a dict")
+        if self._validate is not None:
+            self._validate(kind, plain)
+        payload = json.loads(canonical_json(self._spill(plain)))
         with self._lock:
             fd = self._require_open()
             seq, prev = self._next_seq, self._last_hash

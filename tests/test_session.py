@@ -13,7 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness import records
+from harness import events, records
 from harness.agent.tools import ToolRunner
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, verify
@@ -30,7 +30,8 @@ def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient
     assert record.grades and record.grades[-1].verdict == "complete"
     report = verify(demo_attempt / records.TRANSCRIPT_NAME)
     assert report.ok and not report.partial_tail
-    kinds = [e.kind for e in read_events(demo_attempt / records.TRANSCRIPT_NAME)]
+    written = read_events(demo_attempt / records.TRANSCRIPT_NAME)
+    kinds = [events.parse(e).kind for e in written]  # every event fits its documented model
     assert kinds[0] == "session_start" and kinds[-1] == "session_end"
     assert {"model_request", "model_response", "tool_call", "tool_result", "diff"} <= set(kinds)
     manifest = json.loads((demo_attempt / records.MANIFEST_NAME).read_text())
