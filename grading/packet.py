@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
+
+from grading.yamlfile import load_model
 
 ConfigurationName = Literal["cpu-1", "gloo-ddp-2", "gloo-fsdp-2", "cuda-ddp-2", "cuda-fsdp-2"]
 
@@ -67,14 +68,6 @@ class PacketSpec(BaseModel):
 
 
 def load_packet_spec(path: Path) -> PacketSpec:
-    """Parse and validate a ``packet.yaml``; raises ``ValueError`` naming the file on bad input."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"cannot read packet file {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ValueError(f"packet file {path} must hold a mapping, got {type(raw).__name__}")
-    try:
-        return PacketSpec.model_validate(raw)
-    except Exception as exc:  # pydantic.ValidationError; re-raised with the file named
-        raise ValueError(f"invalid packet file {path}: {exc}") from exc
+    """Parse and validate a ``packet.yaml``; a ``YamlFileError`` (a ValueError) names the
+    file and its first problem on one line."""
+    return load_model(path, PacketSpec, what="packet file")

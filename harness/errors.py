@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import signal
 
-import yaml
-from pydantic import ValidationError
-
 
 class HarnessError(Exception):
     """A problem the user can fix: what went wrong, and what to do about it.
@@ -39,15 +36,3 @@ class Interrupted(BaseException):
 
     def line(self) -> str:
         return f"{self}" + (f": {self.detail}" if self.detail else "")
-
-
-def validation_problem(exc: ValidationError) -> str:
-    """The first problem of a pydantic failure, on one line, with how many there are."""
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    return f"{loc}: {first['msg']} ({exc.error_count()} problem(s))"
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    where = getattr(exc, "problem_mark", None)
-    return "not valid YAML" + (f" at line {where.line + 1}" if where else "")

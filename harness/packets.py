@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from grading.packet import PacketSpec, load_packet_spec
-from harness.errors import HarnessError, validation_problem, yaml_problem
+from grading.yamlfile import YamlFileError
+from harness.errors import HarnessError
 
 
 class TaskPacket(BaseModel):
@@ -31,16 +31,8 @@ def load_packet(root: Path) -> TaskPacket:
     path = root / "packet.yaml"
     try:
         spec = load_packet_spec(path)
-    except ValueError as exc:
-        # The reader's message carries the parser's or pydantic's many lines: keep one.
-        cause = exc.__cause__
-        if isinstance(cause, ValidationError):
-            problem = f"packet file {path}: {validation_problem(cause)}"
-        elif isinstance(cause, yaml.YAMLError):
-            problem = f"packet file {path} is {yaml_problem(cause)}"
-        else:
-            problem = str(exc).splitlines()[0]
-        raise HarnessError(problem, "fix the task packet's packet.yaml") from exc
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "fix the task packet's packet.yaml") from None
     for needed in ("TASK.md", "repo"):
         if not (root / needed).exists():
             raise HarnessError(f"task packet {root} has no {needed}", "complete the packet")

@@ -17,12 +17,12 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grading.packet import CUDA_CONFIGURATIONS
+from grading.yamlfile import YamlFileError, load_model
 from harness.budget import Budget
-from harness.errors import HarnessError, validation_problem, yaml_problem
+from harness.errors import HarnessError
 from harness.images import REPO_ROOT
 
 ArmName = Literal["control", "treatment"]
@@ -213,16 +213,9 @@ def load_study(path: Path) -> Study:
     if not path.is_file():
         raise HarnessError(f"study file {path} does not exist", "pass --study studies/<name>.yaml")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise HarnessError(f"study file {path} is {yaml_problem(exc)}", "fix its syntax") from exc
-    if not isinstance(raw, dict):
-        raise HarnessError(f"study file {path} must be a YAML mapping", "see studies/demo.yaml")
-    try:
-        study = Study.model_validate(raw)
-    except ValidationError as exc:
-        raise HarnessError(f"study file {path}: {validation_problem(exc)}",
-                           "see studies/demo.yaml for the expected fields") from exc
+        study = load_model(path, Study, what="study file")
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "see studies/demo.yaml for the format") from None
     for task in study.tasks:
         if not (task.packet_dir() / "packet.yaml").is_file():
             raise HarnessError(

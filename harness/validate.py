@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import docker
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from grading.yamlfile import M, YamlFileError, load_model
 from harness import images
 from harness.errors import HarnessError
 from harness.grade import GraderInputs, grade_diff
@@ -67,12 +67,11 @@ class ValidationReport(BaseModel):
     not_run: list[str]
 
 
-def load_yaml(path: Path, model: type[BaseModel]) -> BaseModel:
+def load_yaml(path: Path, model: type[M]) -> M:
     try:
-        return model.model_validate(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise HarnessError(f"invalid {path}: {str(exc).splitlines()[0]}",
-                           "fix the hidden task's validation files") from exc
+        return load_model(path, model, what="hidden task file")
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "fix the hidden task's validation files") from None
 
 
 def _matches(contract: str, patterns: list[str]) -> bool:

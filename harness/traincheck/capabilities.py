@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Literal
 
 import docker
-import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
+from grading.yamlfile import YamlFileError, load_model
 from harness import images
 from harness.errors import HarnessError
 from harness.traincheck.box import RUNS, DiagnosticsBox
@@ -81,12 +81,18 @@ class CapabilityMatrix(BaseModel):
     calibration_used: bool = False
 
 
+class ContractNeeds(RootModel[dict[str, ContractNeed]]):
+    """``traincheck_needs.yaml``: contract id -> what TrainCheck must observe to cover it."""
+
+
 def load_needs(files: TaskFiles) -> dict[str, ContractNeed]:
     path = files.hidden / "traincheck_needs.yaml"
     if not path.exists():
         raise HarnessError(f"{path} is missing", "declare each contract's needs for TrainCheck")
-    raw = yaml.safe_load(path.read_text()) or {}
-    return {k: ContractNeed.model_validate(v) for k, v in raw.items()}
+    try:
+        return load_model(path, ContractNeeds, what="TrainCheck needs file").root
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "fix the hidden task's traincheck_needs.yaml") from None
 
 
 def _contract_configs(files: TaskFiles) -> dict[str, list[str]]:

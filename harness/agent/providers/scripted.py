@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from grading.yamlfile import YamlFileError, load_model
 from harness.agent.providers.base import ModelTurn, Provider, TokenUsage, ToolCall
 from harness.errors import HarnessError
 
@@ -36,12 +36,9 @@ def load_script(path: Path) -> Script:
     if not path.is_file():
         raise HarnessError(f"agent script {path} does not exist", "check the study's agent.model")
     try:
-        return Script.model_validate(yaml.safe_load(path.read_text()))
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise HarnessError(
-            f"agent script {path} is invalid: {str(exc).splitlines()[0]}",
-            "see tests/fixtures/agents/ for the format",
-        ) from exc
+        return load_model(path, Script, what="agent script")
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "see tests/fixtures/agents/ for the format") from None
 
 
 class ScriptedProvider(Provider):
