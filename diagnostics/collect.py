@@ -1,6 +1,6 @@
 """Run one declared configuration of a task's code, plain or under TrainCheck, contained.
 
-Containment (see shared/notes/traincheck-0.2.md for why each point exists):
+Containment (each point answers a failure seen when measuring TrainCheck 0.2.0):
 - the code runs from a scratch copy made here, never from the tree whose diff is graded:
   TrainCheck writes ``_traincheck_<script>.py`` next to the traced script;
 - every run gets a fresh output folder; reusing one silently mixes traces of two runs;

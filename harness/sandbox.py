@@ -7,7 +7,7 @@ every path out. Nothing from the host is bind-mounted.
 
 Why a volume for ``/workspace``: with a read-only root filesystem ``put_archive`` fails on
 every path that is not a volume, tmpfs included, and ``get_archive`` cannot see a container's
-tmpfs mounts (shared/notes/docker-sandbox.md). The volume is itself a size-limited tmpfs
+tmpfs mounts (both measured on Docker 20.10). The volume is itself a size-limited tmpfs
 (the local driver's ``type=tmpfs``): the daemon mounts it on the host, so both archive calls
 see it (measured on Docker 20.10/overlay2), and filling it stops at its size instead of on
 the host's disk. Two costs follow: what the agent writes there counts against the
