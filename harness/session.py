@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,10 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME, events.validate)
     try:
         with _signals_as_interrupt():
-            _run_attempt(study, options, record, attempt_dir, packet, provider, tools, extras,
-                         budget, agent_settings, client, transcript, log, cpus=cpus, gpus=gpus)
+            _run_attempt(Attempt(study=study, options=options, record=record, dir=attempt_dir,
+                                 packet=packet, agent=agent_settings, provider=provider,
+                                 tools=tools, extras=extras, budget=budget, cpus=cpus,
+                                 gpus=gpus), client, transcript, log)
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, f"session recorded as interrupted in {attempt_dir}") from None
@@ -164,24 +167,30 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     return attempt_dir
 
 
-def _run_attempt(
-    study: Study,
-    options: SessionOptions,
-    record: SessionRecord,
-    attempt_dir: Path,
-    packet: TaskPacket,
-    provider: Provider,
-    tools: list[ToolSpec],
-    extras: dict[str, ExtraTool],
-    budget: Budget,
-    agent_settings: AgentSettings,
-    client: docker.DockerClient,
-    transcript: TranscriptWriter,
-    log: Callable[[str], None],
-    *,
-    cpus: float,
-    gpus: int,
-) -> None:
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of one session as decided before its container starts."""
+
+    study: Study
+    options: SessionOptions
+    record: SessionRecord  # mutable: the attempt fills it in as it goes
+    dir: Path
+    packet: TaskPacket
+    agent: AgentSettings
+    provider: Provider
+    tools: list[ToolSpec]
+    extras: dict[str, ExtraTool]
+    budget: Budget
+    cpus: float
+    gpus: int
+
+
+def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: TranscriptWriter,
+                 log: Callable[[str], None]) -> None:
+    study, options, record = attempt.study, attempt.options, attempt.record
+    attempt_dir, packet, provider = attempt.dir, attempt.packet, attempt.provider
+    tools, extras, budget = attempt.tools, attempt.extras, attempt.budget
+    agent_settings, cpus, gpus = attempt.agent, attempt.cpus, attempt.gpus
     baseline = attempt_dir / "baseline"
     snapshot_baseline(packet.repo, baseline)
     system_prompt = build_system_prompt(agent_settings.system_prompt, tools)
