@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from grading.grade import grader_source_sha256, tree_sha256
 from harness import images, records
 from harness.agent.loop import build_system_prompt
-from harness.agent.tools import tools_for_arm
+from harness.agent.toolsets import tools_for_arm
 from harness.budget import Budget
 from harness.errors import HarnessError
 from harness.images import REPO_ROOT

@@ -29,7 +29,8 @@ from harness import events, freeze, images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
-from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec, tools_for_arm
+from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec
+from harness.agent.toolsets import tools_for_arm
 from harness.agent.traincheck_tool import TraincheckTool
 from harness.budget import Budget, Ledger
 from harness.errors import HarnessError, Interrupted

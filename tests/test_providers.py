@@ -13,7 +13,8 @@ import pytest
 
 from harness import records
 from harness.agent.loop import build_system_prompt
-from harness.agent.tools import EXTRA_TOOLS, ToolSpec, tools_for_arm
+from harness.agent.tools import ToolSpec
+from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, verify
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study

@@ -7,18 +7,18 @@ writes through ``put_archive``. Nothing here touches the host's copy of the task
 
 from __future__ import annotations
 
+import inspect
 import posixpath
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
 from harness import jsontext
 from harness.budget import ComputeCategory, Ledger
-from harness.errors import HarnessError
 from harness.packets import TaskPacket
 from harness.sandbox import WORKSPACE, Sandbox, SandboxLost
 
@@ -43,75 +43,41 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
-_PATH = {"type": "string", "description": "path relative to /workspace"}
-
-COMMON_TOOLS: list[ToolSpec] = [
-    ToolSpec(
-        name="bash",
-        description="Run a bash command in /workspace (no network). Output is cut "
-        "head-and-tail when long; the cut is marked.",
-        parameters=_schema({"command": {"type": "string"},
-                            "timeout_s": {"type": "number", "description": "default 300"}},
-                           ["command"]),
-    ),
-    ToolSpec(
-        name="read_file",
-        description="Show a text file with line numbers, optionally a line range.",
-        parameters=_schema({"path": _PATH, "start_line": {"type": "integer"},
-                            "end_line": {"type": "integer"}}, ["path"]),
-    ),
-    ToolSpec(
-        name="write_file",
-        description="Create or overwrite a file with the given content.",
-        parameters=_schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
-    ),
-    ToolSpec(
-        name="edit_file",
-        description="Replace one exact, unique occurrence of `old` with `new` in a file.",
-        parameters=_schema({"path": _PATH, "old": {"type": "string"},
-                            "new": {"type": "string"}}, ["path", "old", "new"]),
-    ),
-    ToolSpec(
-        name="run_public_tests",
-        description="Run the task's public test suite.",
-        parameters=_schema({}, []),
-    ),
-    ToolSpec(
-        name="run_candidate",
-        description="Launch one full training run of a declared configuration "
-        "(counted against the candidate-run budget).",
-        parameters=_schema({"configuration": {"type": "string"}}, ["configuration"]),
-    ),
-    ToolSpec(
-        name="submit",
-        description="Finish the session; your workspace as it is now is what gets graded.",
-        parameters=_schema({"summary": {"type": "string"}}, ["summary"]),
-    ),
-]
-
-# Extra tools an arm may add; an arm lists them in its study's ``extra_tools``. Their
-# handlers are built per session (harness/session.py) and given to the ToolRunner, so an arm
-# that does not list a tool can never run it.
-EXTRA_TOOLS: dict[str, ToolSpec] = {
-    "traincheck": ToolSpec(
-        name="traincheck",
-        description="Trace a short training run of the current workspace under TrainCheck, "
-        "in a scratch copy (your files are not touched), check it against invariants learned "
-        "from healthy baseline runs, and report the violations beyond those a healthy control "
-        "run shows, with where each first fired. Its compute counts against your time budget.",
-        parameters=_schema({"configuration": {
-            "type": "string",
-            "description": "a CPU configuration of the task with a TrainCheck reference, "
-            "e.g. gloo-ddp-2"}}, ["configuration"]),
-    ),
-}
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def tools_for_arm(extra_tools: list[str]) -> list[ToolSpec]:
-    unknown = [name for name in extra_tools if name not in EXTRA_TOOLS]
-    if unknown:
-        raise HarnessError(f"unknown extra tool(s) {unknown}", f"known: {sorted(EXTRA_TOOLS)}")
-    return COMMON_TOOLS + [EXTRA_TOOLS[name] for name in extra_tools]
+def spec_of(handler: Callable[..., Any], name: str) -> ToolSpec:
+    """The tool as the model sees it, read off its handler: the docstring is the description,
+    each keyword parameter an argument (its type from the annotation, a description from an
+    ``Annotated[..., "text"]``), required unless it has a default. One definition, so the
+    schema the model gets and the arguments the handler takes cannot disagree."""
+    hints = get_type_hints(handler, include_extras=True)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for pname, param in inspect.signature(handler).parameters.items():
+        if pname == "self" or param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            continue
+        hint, notes = hints[pname], []
+        if get_origin(hint) is Annotated:
+            hint, *notes = get_args(hint)
+        members = [a for a in get_args(hint) if a is not type(None)] or [hint]
+        prop: dict[str, Any] = {"type": _JSON_TYPES[members[0]]}
+        described = [n for n in notes if isinstance(n, str)]
+        if described:
+            prop["description"] = described[0]
+        properties[pname] = prop
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+    description = " ".join((inspect.getdoc(handler) or "").split())
+    if not description:
+        raise TypeError(f"tool handler {handler.__qualname__} needs a docstring: the model "
+                        "reads it as the tool's description")
+    return ToolSpec(name=name, description=description,
+                    parameters=_schema(properties, required))
+
+
+_PATH = Annotated[str, "path relative to /workspace"]
+
 
 
 class ToolResult(BaseModel):
@@ -252,18 +218,24 @@ class ToolRunner:
             details={"call_id": result.call_id, "kill_note": result.kill_note},
         )
 
-    def _tool_bash(self, command: str, timeout_s: float | None = None) -> ToolResult:
+    def _tool_bash(self, command: str,
+                   timeout_s: Annotated[float | None, "default 300"] = None) -> ToolResult:
+        """Run a bash command in /workspace (no network). Output is cut head-and-tail when
+        long; the cut is marked."""
         if len(command.encode()) > MAX_EXEC_ARGUMENT_BYTES:
             raise ToolError(f"command too long for one exec (over {MAX_EXEC_ARGUMENT_BYTES} "
                             "bytes); write it to a file with write_file and run that")
         return self._exec(command, timeout_s or self.default_timeout_s, "agent_tools", "bash")
 
     def _tool_run_public_tests(self) -> ToolResult:
+        """Run the task's public test suite."""
         spec = self.packet.spec
         return self._exec(spec.public_test_command, spec.public_test_timeout_s, "agent_tools",
                           "public-tests")
 
     def _tool_run_candidate(self, configuration: str) -> ToolResult:
+        """Launch one full training run of a declared configuration (counted against the
+        candidate-run budget)."""
         spec = self.packet.spec
         if configuration not in spec.candidate_commands:
             raise ToolError(f"configuration {configuration!r} is not declared; "
@@ -276,21 +248,24 @@ class ToolRunner:
     # --- file tools ---------------------------------------------------------------------
 
     def _tool_read_file(
-        self, path: str, start_line: int | None = None, end_line: int | None = None
+        self, path: _PATH, start_line: int | None = None, end_line: int | None = None
     ) -> ToolResult:
+        """Show a text file with line numbers, optionally a line range."""
         cmd = ["harness-tool", "read", workspace_path(path), "--start", str(start_line or 1)]
         if end_line is not None:
             cmd += ["--end", str(end_line)]
         return self._exec(cmd, 60, "agent_tools", "read")
 
-    def _tool_edit_file(self, path: str, old: str, new: str) -> ToolResult:
+    def _tool_edit_file(self, path: _PATH, old: str, new: str) -> ToolResult:
+        """Replace one exact, unique occurrence of `old` with `new` in a file."""
         if max(len(old.encode()), len(new.encode())) > MAX_EXEC_ARGUMENT_BYTES:
             raise ToolError(f"edit too large for edit_file (over {MAX_EXEC_ARGUMENT_BYTES} "
                             "bytes); use write_file")
         return self._exec(["harness-tool", "edit", workspace_path(path), old, new], 60,
                           "agent_tools", "edit")
 
-    def _tool_write_file(self, path: str, content: str) -> ToolResult:
+    def _tool_write_file(self, path: _PATH, content: str) -> ToolResult:
+        """Create or overwrite a file with the given content."""
         target = workspace_path(path)
         if target == WORKSPACE:
             raise ToolError("path must name a file")
@@ -308,6 +283,15 @@ class ToolRunner:
         return ToolResult(ok=True, output=f"wrote {len(data)} bytes to {path}",
                           duration_s=round(duration, 4))
 
-    def _tool_submit(self, summary: str = "") -> ToolResult:
+    def _tool_submit(self, summary: str) -> ToolResult:
+        """Finish the session; your workspace as it is now is what gets graded."""
         return ToolResult(ok=True, output="submitted", ends_session=True,
                           details={"summary": summary})
+
+
+# The tools every arm has, in the order the model is shown them.
+COMMON_TOOLS: list[ToolSpec] = [
+    spec_of(getattr(ToolRunner, f"_tool_{name}"), name)
+    for name in ("bash", "read_file", "write_file", "edit_file", "run_public_tests",
+                 "run_candidate", "submit")
+]

@@ -25,7 +25,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -174,7 +174,15 @@ class TraincheckTool:
 
     # --- the call -------------------------------------------------------------------------
 
-    def __call__(self, runner: ToolRunner, /, configuration: str) -> ToolResult:
+    def __call__(
+        self, runner: ToolRunner, /,
+        configuration: Annotated[str, "a CPU configuration of the task with a TrainCheck "
+                                      "reference, e.g. gloo-ddp-2"],
+    ) -> ToolResult:
+        """Trace a short training run of the current workspace under TrainCheck, in a scratch
+        copy (your files are not touched), check it against invariants learned from healthy
+        baseline runs, and report the violations beyond those a healthy control run shows,
+        with where each first fired. Its compute counts against your time budget."""
         if not isinstance(configuration, str) or configuration not in self.frozen:
             offered = ", ".join(sorted(self.frozen))
             raise ToolError(f"no TrainCheck reference for configuration {configuration!r}; "
