@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.errors import HarnessError, Interrupted
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Run, grade and audit agent sessions on PyTorch training tasks.")

@@ -38,8 +38,8 @@ from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import tools_for_arm
 from harness.budget import Budget
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
 from harness.packets import load_packet
+from harness.paths import CACHE_DIR, REPO_ROOT
 from harness.study import (
     ArmName,
     Comparison,
@@ -198,7 +198,7 @@ def _image_inputs(client: docker.DockerClient) -> list[tuple[str, str, str]]:
             continue
         ids[name] = str(image.id)
         torch = image.labels.get("org.harness.torch", images.DEFAULT_TORCH_SPEC)
-        wheels = images.find_wheels(images.CACHE_DIR / "wheelhouse",
+        wheels = images.find_wheels(CACHE_DIR / "wheelhouse",
                                     images.image_pins(spec, torch))
         parent = ids[spec.parent or "rootfs"]
         found.append((name, ids[name], images.inputs_hash(spec, parent, wheels, torch)))

@@ -49,6 +49,7 @@ from harness.errors import HarnessError, Interrupted
 from harness.freeze import Frozen, LockedSession
 from harness.gpu_slots import detect_gpus
 from harness.grade import GRADER_ERROR
+from harness.paths import REPO_ROOT
 from harness.records import LaunchInfo, SessionRecord
 from harness.sandbox import SandboxLimits, host_id
 from harness.study import Study, load_study
@@ -522,7 +523,7 @@ class LocalExecutor:
                  *_worker_args(self.study_path, job, grade=False)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, **self.base_env, **env, ENV_PARENT: str(os.getpid())},
-                cwd=images.REPO_ROOT, start_new_session=True)
+                cwd=REPO_ROOT, start_new_session=True)
         job.job_id = str(proc.pid)
         job.started_at = job.submitted_at
         self.procs[job.job_id] = proc

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from grading.models import GradeReport
 from harness import events, outcomes, records
 from harness.budget import Usage
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 
 DOC_PATH = REPO_ROOT / "docs" / "records.md"
 

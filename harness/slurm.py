@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 
 # States of a job that has not ended (squeue's long names).
 ACTIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",

@@ -23,7 +23,7 @@ from grading.packet import CUDA_CONFIGURATIONS
 from grading.yamlfile import YamlFileError, load_model
 from harness.budget import Budget
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 
 ArmName = Literal["control", "treatment"]
 # What a task's sessions may claim: evidence for the treatment-vs-control comparison (the

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness import images
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
 from harness.study import RetryPolicy
 from tests.fake_model_server import FakeModelServer

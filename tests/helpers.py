@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 
 HARNESS = [sys.executable, "-m", "harness.cli"]
 

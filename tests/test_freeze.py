@@ -12,7 +12,7 @@ import docker
 
 from harness import records
 from harness.freeze import read_lock
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.session import SessionOptions, run_session
 from tests.conftest import session_containers, write_study
 from tests.helpers import HARNESS, harness, one_error_line

@@ -17,7 +17,7 @@ import docker
 
 from harness import images
 from harness.grade import JUDGE_USER, grader_sandbox
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from tests.conftest import TEST_LABEL
 
 

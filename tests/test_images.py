@@ -5,6 +5,7 @@ from __future__ import annotations
 import docker
 
 from harness import images
+from harness.paths import IMAGES_DIR
 
 
 def _run(client: docker.DockerClient, name: str, command: str) -> str:
@@ -23,7 +24,7 @@ def test_treatment_is_control_plus_exactly_the_traincheck_layer(
 ) -> None:
     control, treatment = _packages(client, "control"), _packages(client, "treatment")
     assert control < treatment
-    pins = images.read_pins(images.IMAGES_DIR / "requirements" / "treatment.txt")
+    pins = images.read_pins(IMAGES_DIR / "requirements" / "treatment.txt")
     expected = {f"{name}=={version}".lower().replace("_", "-") for name, version in pins}
     added = {p.replace("_", "-") for p in treatment - control}
     assert added == expected

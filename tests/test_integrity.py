@@ -22,7 +22,7 @@ import pytest
 
 from harness import records
 from harness.audit import verify_attempt
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, read_text
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from harness import records
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.sandbox import MANAGED_LABEL
 from tests.conftest import write_script, write_study
 from tests.helpers import HARNESS, harness

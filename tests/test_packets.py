@@ -12,8 +12,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.images import REPO_ROOT
 from harness.packets import load_packet
+from harness.paths import REPO_ROOT
 from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits
 from harness.workspace import apply_patch, snapshot_baseline, workspace_archive
 from tests.conftest import TEST_LABEL

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.traincheck import capabilities as cap
 from harness.traincheck.calibrate import calibrate, detections_by_contract, render_markdown
 from harness.traincheck.reference import build_reference, load_frozen

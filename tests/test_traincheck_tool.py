@@ -16,7 +16,7 @@ from diagnostics.checking import invariant_id
 from harness import records
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.session import SessionOptions, run_session
 from harness.traincheck.reference import load_frozen
 from harness.traincheck.variants import task_files

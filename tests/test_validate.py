@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.validate import compare, render_markdown, validate_task
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"

@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from harness import images
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
     RunSummary,

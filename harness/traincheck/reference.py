@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 from diagnostics.checking import invariant_id  # the id the container computes too
 from harness import images
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.variants import TaskFiles, build_variants
 

@@ -26,7 +26,7 @@ import docker
 from pydantic import BaseModel, Field
 
 from harness import images
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import traincheck_version, tree_sha256
 from harness.traincheck.variants import TaskFiles, build_variants

@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.images import REPO_ROOT
 from harness.packets import TaskPacket, load_packet
+from harness.paths import REPO_ROOT
 from harness.validate import FaultSpec, load_yaml
 from harness.workspace import apply_patch, snapshot_baseline
 

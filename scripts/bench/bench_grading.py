@@ -22,8 +22,8 @@ from pathlib import Path
 
 from harness import images
 from harness.grade import JUDGE_USER, GraderInputs, grade_diff, grader_sandbox, tar_inputs
-from harness.images import REPO_ROOT
 from harness.packets import load_packet
+from harness.paths import REPO_ROOT
 from harness.workspace import snapshot_baseline
 
 PACKETS = {"tiny-regression": REPO_ROOT / "tests/fixtures/task_packets/tiny-regression"}

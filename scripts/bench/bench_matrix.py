@@ -35,8 +35,8 @@ from pathlib import Path
 import yaml
 
 from harness import records
-from harness.images import REPO_ROOT
 from harness.matrix import MatrixState, state_path
+from harness.paths import REPO_ROOT
 from harness.study import load_study
 from harness.transcript import read_events
 

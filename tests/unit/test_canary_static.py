@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.images import REPO_ROOT
+from harness.paths import REPO_ROOT
 from tests.helpers import canaries, contains_any
 
 

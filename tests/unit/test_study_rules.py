@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.images import REPO_ROOT
 from harness.outcomes import outcome_kind
+from harness.paths import REPO_ROOT
 from harness.study import launch_order, load_study
 
 TINY = "tiny-regression"
