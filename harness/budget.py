@@ -51,6 +51,9 @@ class Usage(BaseModel):
     # Seconds per category; queue time is kept apart and never counts against a budget.
     compute_seconds: dict[str, float] = Field(default_factory=dict)
     queue_seconds: float = 0.0
+    # The harness's own work inside the session (trajectory snapshots): kept apart, never
+    # counted against a budget, so it cannot cost either arm its time.
+    harness_seconds: float = 0.0
 
 
 class BudgetExhausted(Exception):
@@ -109,7 +112,14 @@ class Ledger:
                                          "deadline_kind": self.deadline_kind})
 
     def elapsed(self) -> float:
-        return 0.0 if self._started is None else time.monotonic() - self._started
+        """Session time on the budget's clock: wall time less the harness's own work."""
+        if self._started is None:
+            return 0.0
+        return time.monotonic() - self._started - self.usage.harness_seconds
+
+    def add_harness_time(self, seconds: float) -> None:
+        with self._lock:
+            self.usage.harness_seconds = round(self.usage.harness_seconds + seconds, 4)
 
     def time_left(self) -> float:
         return max(0.0, self._seconds - self.elapsed())

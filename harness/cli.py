@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.errors import HarnessError, Interrupted
@@ -115,16 +116,33 @@ def grade_cmd(
     session_ref: Annotated[str, typer.Argument(metavar="SESSION",
                                                help="attempt folder or STUDY/SESSION")],
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
+    snapshots: Annotated[bool, typer.Option(
+        "--snapshots", help="grade every trajectory snapshot instead (blind, each in a fresh "
+        "grader container) into grades/snapshots.json")] = False,
 ) -> None:
     """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
     from harness.freeze import check_attempt
-    from harness.grade import GRADER_ERROR, grade_attempt
+    from harness.grade import GRADER_ERROR, grade_attempt, grade_snapshots
     from harness.images import docker_client
     from harness.records import resolve_attempt
 
     attempt = resolve_attempt(session_ref, runs)
     client = docker_client()
     check_attempt(attempt, client)  # a study session: refused when its lock drifted
+    if snapshots:
+        graded = grade_snapshots(attempt, client=client, log=_log)
+        table = Table(title=f"snapshots of {attempt}")
+        for column in ("snapshot", "trigger", "verdict", "failing contracts"):
+            table.add_column(column)
+        for snap in graded.snapshots:
+            failing = [c for c, o in snap.contracts.items() if o != "pass"]
+            # Contract ids can hold brackets (pytest parameters): plain text, not markup.
+            table.add_row(str(snap.index), snap.trigger, escape(snap.verdict),
+                          escape(", ".join(failing) or snap.reason or "-"))
+        console.print(table)
+        if any(s.verdict == GRADER_ERROR for s in graded.snapshots):
+            raise typer.Exit(1)
+        return
     summary = grade_attempt(attempt, client=client, log=_log)
     _print_sessions([attempt])
     if summary.verdict == GRADER_ERROR:

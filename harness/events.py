@@ -243,6 +243,23 @@ class SandboxLost(EventData):
     error: str
 
 
+class Snapshot(EventData):
+    """The agent's code at a candidate run, public-test run, diagnostic call, submit or
+    budget stop, as a diff against the baseline (``diff`` names the file; None when it could
+    not be taken, and ``error`` says why)."""
+
+    index: int
+    trigger: Literal["run_candidate", "run_public_tests", "traincheck", "submit",
+                     "budget_stop"]
+    call_id: str | None
+    diff: str | None
+    sha256: str | None = None
+    bytes: int | None = None
+    files_changed: list[str] = []
+    error: str | None = None
+    duration_s: float
+
+
 # --- the final tree --------------------------------------------------------------------------
 
 
@@ -286,6 +303,7 @@ EVENT_DATA: dict[str, type[EventData]] = {
     "provider_error": ProviderError,
     "tool_call": ToolCall,
     "tool_result": ToolResult,
+    "snapshot": Snapshot,
     "budget": BudgetCounts,
     "budget_overrun": BudgetOverrun,
     "budget_exhausted": BudgetExhausted,
@@ -304,6 +322,7 @@ EVENT_DATA: dict[str, type[EventData]] = {
 EventKind = Literal[
     "session_start", "budget_start", "sandbox_start", "model_request", "model_attempt",
     "model_retry_wait", "model_response", "provider_error", "tool_call", "tool_result",
+    "snapshot",
     "budget", "budget_overrun", "budget_exhausted", "workspace_full", "sandbox_lost",
     "agent_end", "processes_stopped", "copy_out_skipped", "diff", "error",
     "session_interrupted", "sandbox_removed", "session_end",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import tarfile
 import tempfile
 import uuid
@@ -28,15 +29,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 import docker
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from grading.grade import grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
-from harness import images, records
+from harness import events, images, records
 from harness.errors import HarnessError
 from harness.sandbox import ExecResult, Sandbox, SandboxLimits
-from harness.transcript import utc_timestamp
+from harness.transcript import read_events, utc_timestamp
 
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
@@ -315,3 +316,81 @@ def grade_attempt(
     records.write_record(attempt_dir, record)
     records.write_manifest(attempt_dir)  # the record changed: the index must match it again
     return summary
+
+
+class SnapshotGrade(BaseModel):
+    """One trajectory snapshot's grade; ``contracts`` maps each contract to its outcome."""
+
+    index: int
+    trigger: str
+    call_id: str | None
+    diff_sha256: str
+    folder: str
+    verdict: str
+    contracts: dict[str, str] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class SnapshotGrades(BaseModel):
+    """``grades/snapshots.json``: every snapshot of an attempt, graded post hoc and blind."""
+
+    schema_version: int = 1
+    graded_at: str
+    snapshots: list[SnapshotGrade]
+
+
+SNAPSHOT_GRADES_NAME = "grades/snapshots.json"
+
+
+def grade_snapshots(
+    attempt_dir: Path,
+    *,
+    client: docker.DockerClient | None = None,
+    log: Callable[[str], None] = print,
+) -> SnapshotGrades:
+    """Grade every trajectory snapshot of an attempt, each in a fresh grader container.
+
+    Blind: a grader sees an opaque submission id and a diff, never the arm, the session or
+    the snapshot's position; the snapshots are graded in a random order, into folders
+    numbered in that order, and only ``snapshots.json`` maps them back to the timeline.
+    """
+    record = records.read_record(attempt_dir)
+    taken = [events.parse(e).data for e in read_events(attempt_dir / records.TRANSCRIPT_NAME)
+             if e.kind == "snapshot"]
+    snapshots = [s for s in taken if isinstance(s, events.Snapshot) and s.diff is not None]
+    if not snapshots:
+        raise HarnessError(f"{attempt_dir} has no trajectory snapshot",
+                           "snapshots are taken by sessions run with this harness version")
+    for snap in snapshots:  # the file must be the one the transcript vouches for
+        assert snap.diff is not None
+        path = attempt_dir / snap.diff
+        if not path.is_file() or records.sha256_file(path) != snap.sha256:
+            raise HarnessError(f"snapshot {snap.index} ({snap.diff}) is missing or does not "
+                               "match its transcript event", "run `harness verify` on it")
+    client = client or images.docker_client()
+    order = list(snapshots)
+    random.SystemRandom().shuffle(order)
+    graded: list[SnapshotGrade] = []
+    for snap in order:
+        assert snap.diff is not None and snap.sha256 is not None
+        out_dir = records.new_numbered_dir(attempt_dir / "grades" / "snapshots", "grade")
+        folder = str(out_dir.relative_to(attempt_dir))
+        inputs = GraderInputs(baseline=attempt_dir / "baseline",
+                              packet_yaml=Path(record.packet_dir) / "packet.yaml",
+                              hidden=Path(record.hidden_dir), diff=attempt_dir / snap.diff)
+        log(f"grading a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)})")
+        entry = SnapshotGrade(index=snap.index, trigger=snap.trigger, call_id=snap.call_id,
+                              diff_sha256=snap.sha256, folder=folder, verdict=GRADER_ERROR)
+        try:
+            report = grade_diff(inputs, out_dir, client=client)
+            entry.verdict = report.verdict
+            entry.contracts = {c.id: c.outcome for c in report.contracts}
+        except GraderFailed as exc:
+            entry.reason = exc.reason
+        graded.append(entry)
+    result = SnapshotGrades(graded_at=utc_timestamp(),
+                            snapshots=sorted(graded, key=lambda g: g.index))
+    records.atomic_write(attempt_dir / SNAPSHOT_GRADES_NAME,
+                         (result.model_dump_json(indent=1) + "\n").encode())
+    records.write_manifest(attempt_dir)
+    return result

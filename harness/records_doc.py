@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from grading.models import GradeReport
 from harness import events, outcomes, records
 from harness.budget import Usage
+from harness.grade import SnapshotGrade, SnapshotGrades
 from harness.paths import REPO_ROOT
 
 DOC_PATH = REPO_ROOT / "docs" / "records.md"
@@ -32,6 +33,8 @@ ATTEMPT_FILES = [
     ("baseline/", "The packet's repository as the agent received it (host copy)."),
     ("final/", "The workspace copied out of the container at the end (regular files only)."),
     ("submission.diff", "`git diff` of final/ against baseline/: what is graded."),
+    ("snapshots/NNNN.diff", "The code as a diff against baseline/ at each candidate run, "
+     "public-test run, diagnostic call, submit and budget stop (`snapshot` events)."),
     (records.MANIFEST_NAME, "sha256 of every file above, written when the session ends."),
     ("grades/grade-N/grader.json", "The host's record of one grading: grader image, submission "
      "id, the digests the grade must carry, exit code, and the reason of a `grader_error`."),
@@ -39,6 +42,9 @@ ATTEMPT_FILES = [
     ("grades/grade-N/out/logs/", "Inert evidence from the grader: regular files only; anything "
      "else is listed in `out/refused.txt`."),
     ("grades/grade-N/grader-output.log", "The grader container's own output."),
+    ("grades/snapshots.json", "`harness grade --snapshots`: each snapshot's verdict and "
+     "per-contract outcomes (below), graded blind in `grades/snapshots/grade-N/` folders "
+     "numbered in a random order."),
 ]
 
 
@@ -108,6 +114,14 @@ def render() -> str:
         "## `grade.json`",
         "",
         *_fields(GradeReport),
+        "",
+        "## `grades/snapshots.json`",
+        "",
+        *_fields(SnapshotGrades),
+        "",
+        "Each entry of `snapshots`:",
+        "",
+        *_fields(SnapshotGrade),
         "",
         "## Transcript events",
         "",

@@ -47,6 +47,7 @@ from harness.sandbox import (
     host_id,
     process_alive,
 )
+from harness.snapshots import Snapshots
 from harness.study import (
     AgentSettings,
     Study,
@@ -78,6 +79,8 @@ class SessionOptions(BaseModel):
     arm: str
     model: str | None = None  # overrides the study's model; the session is then outside the study
     grade: bool = True
+    # Trajectory snapshots (harness/snapshots.py); off only to measure what they cost.
+    snapshots: bool = True
     # GPUs to hold exclusively; None: what the study promises its sessions. Another number
     # puts the session outside the frozen study.
     gpus: int | None = None
@@ -241,10 +244,14 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
             ledger.start()
             runner = ToolRunner(sandbox, packet, ledger, attempt_dir / "artifacts",
                                 gpus_available=bool(lease.gpu_ids), extra_tools=extras)
+            snapshots = (Snapshots(sandbox, baseline, attempt_dir, transcript, ledger,
+                                   max_tree_bytes=MAX_TREE_BYTES, max_diff_bytes=MAX_DIFF_BYTES)
+                         if options.snapshots else None)
             outcome = run_agent(provider, tools, runner, ledger, transcript,
                                 system_prompt=system_prompt, task_md=packet.task_md,
                                 max_output_tokens=agent_settings.max_output_tokens,
-                                tool_output_chars=agent_settings.tool_output_chars)
+                                tool_output_chars=agent_settings.tool_output_chars,
+                                snapshots=snapshots)
             # First thing: nothing the agent left running may write after its end.
             stopped = _stop_agent(sandbox)
             record.outcome = outcome.outcome

@@ -19,6 +19,7 @@ from harness.agent.providers.base import DeadlineReached, Provider, ProviderErro
 from harness.agent.tools import ToolRunner, ToolSpec
 from harness.budget import BudgetExhausted, Ledger
 from harness.sandbox import SandboxLost, artifact_note
+from harness.snapshots import SNAPSHOT_TOOLS, Snapshots
 from harness.transcript import TranscriptWriter
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -104,6 +105,7 @@ def run_agent(
     task_md: str,
     max_output_tokens: int,
     tool_output_chars: int = 16_000,
+    snapshots: Snapshots | None = None,
 ) -> AgentOutcome:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt},
@@ -150,6 +152,8 @@ def run_agent(
                 ledger.begin_tool_call(candidate_run=runner.is_candidate_run(call.name))
                 calls += 1
                 transcript.append("tool_call", call.model_dump(mode="json"))
+                if snapshots is not None and call.name in SNAPSHOT_TOOLS:
+                    snapshots.capture(call.name, call.id)  # type: ignore[arg-type]
                 result = runner.run(call.name, call.args)
                 shown = cut_for_model(result.output, tool_output_chars, artifact_note(
                     result.artifact, result.output_bytes, result.artifact_bytes))
@@ -171,10 +175,14 @@ def run_agent(
                                         summary=str(result.details.get("summary", "")))
     except BudgetExhausted as exc:
         transcript.append("budget_exhausted", {"kind": exc.kind, "message": str(exc)})
+        if snapshots is not None:
+            snapshots.capture("budget_stop")
         return AgentOutcome(outcome=exc.outcome, turns=turns, tool_calls=calls, error=str(exc))
     except DeadlineReached as exc:
         kind = ledger.deadline_kind
         transcript.append("budget_exhausted", {"kind": kind, "message": str(exc)})
+        if snapshots is not None:
+            snapshots.capture("budget_stop")
         return AgentOutcome(outcome=f"budget_exhausted:{kind}", turns=turns, tool_calls=calls,
                             error=str(exc))
     except ProviderError as exc:

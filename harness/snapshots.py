@@ -1,0 +1,84 @@
+"""Trajectory snapshots: the agent's code as a diff against the baseline at each moment that
+matters (a candidate run, a public-test run, a diagnostic call, the submit, a budget stop).
+
+Each snapshot takes the same path as the final diff (copy the tree out of the container,
+diff it on the host against the pristine baseline, with the same caps), is kept as
+``snapshots/NNNN.diff`` in the attempt folder (so the manifest hashes it) and announced by a
+``snapshot`` event. A snapshot that cannot be taken is an event saying why; it never stops
+the session. Grading them is post hoc and blind (``harness grade --snapshots``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+from harness.budget import Ledger
+from harness.errors import HarnessError
+from harness.sandbox import WORKSPACE, Sandbox
+from harness.transcript import TranscriptWriter
+from harness.workspace import compute_diff, extract_tree
+
+SNAPSHOT_DIR = "snapshots"
+# The tool calls before which the code is captured: what they are about to run or hand in.
+SNAPSHOT_TOOLS = frozenset({"run_candidate", "run_public_tests", "traincheck", "submit"})
+
+Trigger = Literal["run_candidate", "run_public_tests", "traincheck", "submit", "budget_stop"]
+
+
+def snapshot_name(index: int) -> str:
+    return f"{SNAPSHOT_DIR}/{index:04d}.diff"
+
+
+class Snapshots:
+    """Takes the snapshots of one session."""
+
+    def __init__(self, sandbox: Sandbox, baseline: Path, attempt_dir: Path,
+                 transcript: TranscriptWriter, ledger: Ledger, *, max_tree_bytes: int,
+                 max_diff_bytes: int) -> None:
+        self.sandbox = sandbox
+        self.ledger = ledger
+        self.baseline = baseline
+        self.attempt_dir = attempt_dir
+        self.transcript = transcript
+        self.max_tree_bytes = max_tree_bytes
+        self.max_diff_bytes = max_diff_bytes
+        self.taken = 0
+
+    def capture(self, trigger: Trigger, call_id: str | None = None) -> None:
+        started = time.monotonic()
+        try:
+            self._capture(trigger, call_id, started)
+        finally:
+            # The harness's own time: off the budget's clock, for both arms alike.
+            self.ledger.add_harness_time(time.monotonic() - started)
+
+    def _capture(self, trigger: Trigger, call_id: str | None, started: float) -> None:
+        self.taken += 1
+        index = self.taken
+        scratch = self.attempt_dir / f".snapshot-{index:04d}"
+        try:
+            extract_tree(self.sandbox.get_archive(WORKSPACE), scratch,
+                         max_bytes=self.max_tree_bytes)
+            patch, result = compute_diff(self.baseline, scratch,
+                                         max_diff_bytes=self.max_diff_bytes)
+        except Exception as exc:  # too large, unsafe, the container gone: said, never fatal
+            error = exc.line() if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
+            self.transcript.append("snapshot", {
+                "index": index, "trigger": trigger, "call_id": call_id, "diff": None,
+                "error": error[:2000], "duration_s": round(time.monotonic() - started, 4)})
+            return
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        rel = snapshot_name(index)
+        path = self.attempt_dir / rel
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(patch)
+        self.transcript.append("snapshot", {
+            "index": index, "trigger": trigger, "call_id": call_id, "diff": rel,
+            "sha256": hashlib.sha256(patch).hexdigest(), "bytes": len(patch),
+            "files_changed": result.files_changed,
+            "duration_s": round(time.monotonic() - started, 4)})

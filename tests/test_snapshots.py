@@ -1,0 +1,94 @@
+"""Trajectory snapshots for real: a scripted agent solves, breaks and repairs the fixture task;
+each snapshot is graded post hoc, blind, in its own grader container."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness import events, records
+from harness.audit import verify_attempt
+from harness.grade import SNAPSHOT_GRADES_NAME, SnapshotGrades
+from harness.paths import REPO_ROOT
+from harness.session import SessionOptions, run_session
+from harness.transcript import read_events
+from tests.conftest import write_script, write_study
+from tests.helpers import harness
+
+SOLVE = REPO_ROOT / "tests/fixtures/agents/tiny-regression-solve.yaml"
+GOOD = "return min(1.0, (step + 1) / warmup_steps)"
+BROKEN = "return min(1.0, step / warmup_steps)"  # off by one: the first step's lr is 0
+WARMUP_CONTRACT = "test_lr_follows_linear_warmup"
+
+
+def regression_and_repair() -> list[dict[str, Any]]:
+    """The solve (with its public-test run and candidate run), then a regression checked with
+    the public tests, then the repair and the submit."""
+    steps = yaml.safe_load(SOLVE.read_text())["steps"]
+    assert steps[-1]["tool"] == "submit"
+    edit = "tinytrain/trainer.py"
+    return [*steps[:-1],
+            {"tool": "edit_file", "args": {"path": edit, "old": GOOD, "new": BROKEN}},
+            {"tool": "run_public_tests", "args": {}},
+            {"tool": "edit_file", "args": {"path": edit, "old": BROKEN, "new": GOOD}},
+            steps[-1]]
+
+
+# Five gradings in a row (the final diff and four snapshots): longer than one test's default.
+@pytest.mark.timeout(1800)
+def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
+    tmp_path: Path,
+) -> None:
+    script = write_script(tmp_path, regression_and_repair())
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
+                          log=lambda _m: None)
+    written = [events.parse(e) for e in read_events(attempt / records.TRANSCRIPT_NAME)]
+    snaps = [e for e in written if e.kind == "snapshot"]
+    assert [s.data.trigger for s in snaps] == [  # type: ignore[attr-defined]
+        "run_public_tests", "run_candidate", "run_public_tests", "submit"]
+    for snap in snaps:  # each follows the call it captured, with that call's id
+        call = next(e for e in reversed(written[:snap.seq]) if e.kind == "tool_call")
+        assert call.seq == snap.seq - 1
+        assert snap.data.call_id == call.data.id  # type: ignore[attr-defined]
+        assert (attempt / snap.data.diff).is_file()  # type: ignore[attr-defined]
+    manifest = json.loads((attempt / records.MANIFEST_NAME).read_text())
+    assert {s.data.diff for s in snaps} <= set(manifest["files"])  # type: ignore[attr-defined]
+    record = records.read_record(attempt)
+    assert record.grades[-1].verdict == "complete"
+    assert record.usage is not None and record.usage.harness_seconds > 0
+
+    result = harness("grade", str(attempt), "--snapshots")
+    assert result.returncode == 0, result.stdout + result.stderr
+    graded = SnapshotGrades.model_validate_json((attempt / SNAPSHOT_GRADES_NAME).read_text())
+    verdicts = [s.verdict for s in graded.snapshots]
+    assert verdicts == ["complete", "complete", "incomplete", "complete"], graded
+    broken = graded.snapshots[2]
+    failing = {c for c, o in broken.contracts.items() if o != "pass"}
+    assert any(WARMUP_CONTRACT in c for c in failing), failing
+    # Only what the regression touches: the flag's validation still passes.
+    assert not any("negative_warmup" in c for c in failing), failing
+    assert all(o == "pass" for o in graded.snapshots[3].contracts.values())
+    # Blind: the grader got an opaque id, never the session, arm or position.
+    for snap in graded.snapshots:
+        host_record = json.loads((attempt / snap.folder / "grader.json").read_text())
+        assert record.session_id not in json.dumps(host_record["expected"])
+    verdict = verify_attempt(attempt)
+    assert verdict.ok and not verdict.notes, verdict
+
+
+def test_a_snapshot_file_that_does_not_match_its_event_is_refused(tmp_path: Path) -> None:
+    steps = yaml.safe_load(SOLVE.read_text())["steps"]
+    script = write_script(tmp_path, [s for s in steps if s["tool"] == "submit"])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    diff = attempt / "snapshots" / "0001.diff"
+    diff.write_bytes(diff.read_bytes() + b"\n")
+    result = harness("grade", str(attempt), "--snapshots")
+    assert result.returncode == 2 and "does not match its transcript event" in result.stderr
+    assert not (attempt / SNAPSHOT_GRADES_NAME).exists()
