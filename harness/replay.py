@@ -399,7 +399,7 @@ def diagnostic_tools() -> frozenset[str]:
     return frozenset(EXTRA_TOOLS)
 
 
-def _derive(event: ReplayEvent, diagnostics: frozenset[str]) -> None:
+def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> None:
     """Fill the timeline fields of one event from its data (raw, never trusted)."""
     d = event.data
     kind = event.kind
@@ -410,7 +410,9 @@ def _derive(event: ReplayEvent, diagnostics: frozenset[str]) -> None:
         event.tool = str(d.get("name", "?"))
         event.exit_code = _int(d.get("exit_code"))
         output = d.get("output")
-        head = output if isinstance(output, str) else _short_value(output)
+        head = (output if isinstance(output, str) else
+                read_capped(blobs / output["blob"], 1024).text if is_blob_ref(output) else
+                _short_value(output))
         flags = [flag for flag, on in (("timed out", d.get("timed_out") is True),
                                        ("cut", d.get("output_truncated") is True)) if on]
         details = d.get("details")
@@ -602,7 +604,7 @@ def load(target: Path) -> Replay:
             if isinstance(event.data.get("deadline_s"), int | float):
                 deadline = float(event.data["deadline_s"])
         event.progress = progress
-        _derive(event, diagnostics)
+        _derive(event, diagnostics, folder / BLOB_DIR_NAME)
         events.append(event)
 
     grades = _snapshot_grades(folder)
