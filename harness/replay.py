@@ -371,6 +371,20 @@ def short_args(tool: str, args: Any) -> str:
     return ", ".join(parts)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-JSON constant {name}")
+
+
+def _number(value: Any) -> int | float | None:
+    """A count or cap that arithmetic and the chart can take (a forged line may hold 1e999
+    digits or a bool)."""
+    if type(value) is int and abs(value) < 2**62:
+        return value
+    if type(value) is float and abs(value) < 1e15:  # NaN fails the comparison
+        return value
+    return None
+
+
 def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
@@ -575,7 +589,7 @@ def load(target: Path) -> Replay:
                 f"partial last line ({size} bytes, no newline): a kill mid-write, or a cut")))
             continue
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             events.append(ReplayEvent(line=lineno, status="damaged",
                                       problem="not valid JSON: " + one_line(
@@ -594,15 +608,15 @@ def load(target: Path) -> Replay:
             event.offset_s = round((when - start).total_seconds(), 3)
         if event.kind == "budget":
             updates = {k: v for k, v in event.data.items()
-                       if k in Progress.model_fields and type(v) is int}
+                       if k in Progress.model_fields and type(v) is int
+                       and _number(v) is not None}
             progress = progress.model_copy(update=updates)
         elif event.kind == "budget_start":
             budget = event.data.get("budget")
             if isinstance(budget, dict):
-                caps = {k: v for k, v in budget.items()
-                        if isinstance(v, int | float) or v is None}
-            if isinstance(event.data.get("deadline_s"), int | float):
-                deadline = float(event.data["deadline_s"])
+                caps = {k: _number(v) for k, v in budget.items()}
+            limit = _number(event.data.get("deadline_s"))
+            deadline = None if limit is None else float(limit)
         event.progress = progress
         _derive(event, diagnostics, folder / BLOB_DIR_NAME)
         events.append(event)

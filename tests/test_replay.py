@@ -347,3 +347,20 @@ def test_the_viewer_in_headless_chromium(attempt: Path, tmp_path: Path) -> None:
         assert problems == [] and dialogs == []
         browser.close()
     assert shot.stat().st_size > 10_000
+
+
+def test_absurd_numbers_and_nan_do_not_break_the_timeline_or_the_chart(tmp_path: Path) -> None:
+    path = tmp_path / records.TRANSCRIPT_NAME
+    with TranscriptWriter(path) as writer:
+        writer.append("budget_start", {"budget": {"tool_calls": 10**400, "tokens_total": True},
+                                       "deadline_s": 10**400})
+        writer.append("budget", {"tool_calls": 10**400, "tokens_total": 3})
+    with path.open("ab") as fh:  # no writer emits NaN: a forged line
+        fh.write(b'{"data":{"tool_calls":NaN},"hash":"x","kind":"budget","prev_hash":"y",'
+                 b'"seq":2,"ts":"2026-01-01T00:00:00.000000Z"}\n')
+    loaded = replay.load(path)
+    assert loaded.verification.break_line == 3 and loaded.events[2].status == "damaged"
+    assert loaded.events[1].progress.tokens_total == 3
+    assert loaded.caps == {"tool_calls": None, "tokens_total": None}
+    assert "no capped budget" in viewer.budget_chart(loaded)
+    assert "3" in _timeline(path)
