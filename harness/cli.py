@@ -170,6 +170,10 @@ def replay(
     html_index: Annotated[Path | None, typer.Option(
         help="instead of one attempt: a viewer for every attempt of --study and an "
              "index.html linking them, in this folder")] = None,
+    reexecute: Annotated[bool, typer.Option(
+        "--reexecute", help="run the recorded tool calls again in a fresh container of the "
+        "recorded image on the recorded baseline, compare every result and the final diff; "
+        "exit 1 listing every divergence")] = False,
     study: StudyOption = None,
     runs: Annotated[Path, typer.Option(help="runs folder (for STUDY/SESSION)")] = DEFAULT_RUNS,
 ) -> None:
@@ -178,6 +182,8 @@ def replay(
     A broken chain is shown where it breaks, and every event from there on is marked
     UNVERIFIED; a damaged line is always shown, whatever the filters.
     """
+    from rich.text import Text
+
     from harness import replay as rp
     from harness import viewer
 
@@ -204,6 +210,20 @@ def replay(
     if not (target.is_file() or (target / "transcript.jsonl").is_file()):
         target = resolve_attempt(attempt, runs)
     loaded_replay = rp.load(target)
+    if reexecute:
+        from harness.reexecute import reexecute as run_again
+        from harness.reexecute import report_lines
+
+        def inert(message: str) -> None:
+            console.print(Text(rp.inert_block(message)), soft_wrap=True)
+
+        inert(loaded_replay.verification.line())
+        report = run_again(loaded_replay.attempt_dir, loaded=loaded_replay, log=inert)
+        for line in report_lines(report):
+            inert(line)
+        if not report.reproduced:
+            sys.exit(1)
+        return
     filters = rp.Filters(kinds=kind or [], tools=tool or [], grep=grep)
     rp.print_timeline(loaded_replay, rp.select(loaded_replay, filters), console,
                       filters=filters)

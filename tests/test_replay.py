@@ -364,3 +364,56 @@ def test_absurd_numbers_and_nan_do_not_break_the_timeline_or_the_chart(tmp_path:
     assert loaded.caps == {"tool_calls": None, "tokens_total": None}
     assert "no capped budget" in viewer.budget_chart(loaded)
     assert "3" in _timeline(path)
+
+
+# -- re-execution ---------------------------------------------------------------------------------
+
+
+def test_reexecuting_the_scripted_demo_reproduces_every_call_and_the_final_diff(
+    tmp_path: Path,
+) -> None:
+    from harness.reexecute import reexecute
+
+    # The fixture study's own scripted agent: reads, edits, runs a training command, the
+    # public tests and a candidate run, submits.
+    study = write_study(tmp_path)
+    demo = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                       log=lambda _m: None)
+    report = reexecute(demo, log=lambda _m: None)
+    record = records.read_record(demo)
+    assert report.divergences == [], report.divergences
+    assert len(report.calls) == record.usage.tool_calls  # type: ignore[union-attr]
+    assert {c.tool for c in report.calls} >= {"run_public_tests", "run_candidate", "submit"}
+    assert report.diff_sha256 == record.diff.sha256  # type: ignore[union-attr]
+    folder = Path(report.folder)
+    assert folder.parent == demo.parent and (folder / "reexecute.json").is_file()
+    assert records.manifest_problem(demo) is None  # the attempt itself was not touched
+
+
+def test_reexecution_lists_a_planted_divergence(tmp_path: Path) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": "echo stable"}},
+        {"tool": "bash", "args": {"command": "head -c 16 /dev/urandom | od -An -tx1 "
+                                             "| tee noise.txt"}},
+        {"tool": "submit", "args": {"summary": "noise"}},
+    ])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    noisy = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                        log=lambda _m: None)
+    result = _cli(str(noisy), "--reexecute")
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    assert "echo stable: same" in out
+    assert re.search(r"line \d+ bash head -c 16 /dev/urandom.*: DIVERGES: output_sha256", out)
+    assert "(DIFFERENT)" in out and "2 divergence(s):" in out
+    assert "final diff: recorded sha256" in out
+
+
+def test_a_broken_transcript_is_not_reexecuted(attempt: Path, tmp_path: Path) -> None:
+    copy = _copy(attempt, tmp_path)
+    path = copy / records.TRANSCRIPT_NAME
+    path.write_bytes(path.read_bytes().replace(b'"exit_code":0', b'"exit_code":1', 1))
+    result = _cli(str(copy), "--reexecute")
+    assert result.returncode == 2
+    assert "only a verified transcript can be re-executed" in result.stderr
+    assert not list(tmp_path.glob("reexecute-*"))
