@@ -44,6 +44,9 @@ from harness.transcript import BLOB_DIR_NAME
 # A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
 # larger ones go to blobs, so only a damaged or forged line gets near it).
 MAX_LINE_BYTES = 32 * 1024**2
+# What one replay parses of a transcript in all (a real one spills its large strings to
+# blobs and stays far below); later lines are listed as not read, never dropped silently.
+MAX_READ_BYTES = 1024**3
 # What a timeline row shows of an output or a message.
 HEAD_CHARS = 160
 # What one search (--grep, the viewer's index) reads of one text.
@@ -324,6 +327,15 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
             yield lineno, raw[:-1] if complete else raw, complete, len(raw)
 
 
+def _complete_lines(path: Path) -> int:
+    """How many newline-terminated lines ``path`` holds, counted without keeping any."""
+    count = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
+
+
 def _parse_ts(ts: Any) -> datetime | None:
     if not isinstance(ts, str) or len(ts) > 40:
         return None
@@ -564,9 +576,7 @@ def load(target: Path) -> Replay:
     if not transcript.is_file():
         raise HarnessError(f"no transcript at {transcript}",
                            "pass an attempt folder (runs/<study>/<session>/attempt-N)")
-    raw_lines = list(_lines(transcript))
-    complete = sum(1 for _n, _raw, done, _size in raw_lines if done)
-    verification = _verification(target, complete)
+    verification = _verification(target, _complete_lines(transcript))
     record, record_problem = _read_record(folder)
     diagnostics = diagnostic_tools()
 
@@ -575,10 +585,16 @@ def load(target: Path) -> Replay:
     progress = Progress()
     caps: dict[str, float | int | None] = {}
     deadline: float | None = None
-    for lineno, raw, done, size in raw_lines:
+    read = 0
+    for lineno, raw, done, size in _lines(transcript):
         broken = not verification.ok and (
             verification.break_line is not None and lineno >= verification.break_line)
         status: Status = "unverified" if broken else "verified"
+        read += size
+        if read > MAX_READ_BYTES:
+            events.append(ReplayEvent(line=lineno, status="damaged", problem=(
+                f"not read: replay parses the first {MAX_READ_BYTES} bytes of a transcript")))
+            continue
         if raw is None:
             events.append(ReplayEvent(line=lineno, status="damaged",
                                       problem=f"line of {size} bytes, over the "

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import html
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -522,22 +523,21 @@ def write(rp: Replay, out: Path) -> Path:
     return out
 
 
+@dataclass
 class IndexRow:
     """One attempt (or a session without one) on the study's index page."""
 
-    def __init__(self, session_id: str, order: int | None, record: dict[str, Any] | None,
-                 link: str | None, verification: str, ok: bool, events: int) -> None:
-        self.session_id = session_id
-        self.order = order
-        self.record = record or {}
-        self.link = link
-        self.verification = verification
-        self.ok = ok
-        self.events = events
+    session_id: str
+    order: int | None  # in the launch order; None: not in the study's assignment
+    record: dict[str, Any]
+    link: str | None
+    verification: str
+    ok: bool
+    events: int
 
 
 def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Path,
-                log: Any = None) -> tuple[Path, list[IndexRow]]:
+                log: Callable[[str], None] | None = None) -> tuple[Path, list[IndexRow]]:
     """A viewer for every attempt under ``study_root`` and an index linking them all, in
     launch order (``order``), sessions without an attempt included."""
     found: dict[str, list[Path]] = {}
@@ -554,7 +554,7 @@ def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Pa
     for sid in order + [s for s in found if s not in positions]:
         attempts = found.get(sid, [])
         if not attempts:
-            rows.append(IndexRow(sid, positions.get(sid), None, None, "no attempt", True, 0))
+            rows.append(IndexRow(sid, positions.get(sid), {}, None, "no attempt", True, 0))
             continue
         for attempt in attempts:
             rp = replay.load(attempt)
@@ -562,7 +562,7 @@ def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Pa
             write(rp, pages / name)
             if log is not None:
                 log(f"wrote {pages / name}")
-            rows.append(IndexRow(sid, positions.get(sid), rp.record, f"sessions/{name}",
+            rows.append(IndexRow(sid, positions.get(sid), rp.record or {}, f"sessions/{name}",
                                  rp.verification.line(), rp.verification.ok,
                                  len(rp.events)))
     body_rows = []
