@@ -171,6 +171,89 @@ def verify(
 
 @app.command()
 @clear_errors
+def replay(
+    attempt: Annotated[str | None, typer.Argument(
+        metavar="ATTEMPT", help="attempt folder, its transcript.jsonl, or STUDY/SESSION (the "
+        "latest attempt)", show_default=False)] = None,
+    kind: Annotated[list[str] | None, typer.Option(
+        "--kind", help="only events of this kind (repeatable)")] = None,
+    tool: Annotated[list[str] | None, typer.Option(
+        "--tool", help="only calls and results of this tool (repeatable)")] = None,
+    grep: Annotated[str | None, typer.Option(
+        help="only events whose text holds TEXT (case-insensitive; blobs searched too)")]
+    = None,
+    html: Annotated[Path | None, typer.Option(
+        help="also write a self-contained HTML viewer of the whole attempt to this file")]
+    = None,
+    html_index: Annotated[Path | None, typer.Option(
+        help="instead of one attempt: a viewer for every attempt of --study and an "
+             "index.html linking them, in this folder")] = None,
+    reexecute: Annotated[bool, typer.Option(
+        "--reexecute", help="run the recorded tool calls again in a fresh container of the "
+        "recorded image on the recorded baseline, compare every result and the final diff; "
+        "exit 1 listing every divergence")] = False,
+    study: StudyOption = None,
+    runs: Annotated[Path, typer.Option(help="runs folder (for STUDY/SESSION)")] = DEFAULT_RUNS,
+) -> None:
+    """Verify an attempt's transcript, then print its timeline; exit 1 when it is broken.
+
+    A broken chain is shown where it breaks, and every event from there on is marked
+    UNVERIFIED; a damaged line is always shown, whatever the filters.
+    """
+    from rich.text import Text
+
+    from harness import replay as rp
+    from harness import viewer
+
+    if html_index is not None:
+        if attempt is not None:
+            raise HarnessError("--html-index takes a study, not an ATTEMPT",
+                               "drop ATTEMPT, or use --html FILE for one attempt")
+        from harness.study import launch_order, load_study
+
+        loaded = load_study(_study(study))
+        order = [a.session_id for a in launch_order(loaded)]
+        index, rows = viewer.write_index(loaded.name, loaded.runs_root(), order, html_index)
+        broken = [row for row in rows if not row.ok]
+        console.print(f"wrote {index} ({len(rows)} rows, {len(broken)} broken transcript(s))",
+                      markup=False, highlight=False)
+        if broken:
+            sys.exit(1)
+        return
+    if attempt is None:
+        raise HarnessError("no ATTEMPT given", "pass an attempt folder, or --html-index DIR")
+    from harness.records import resolve_attempt
+
+    target = Path(attempt)
+    if not (target.is_file() or (target / "transcript.jsonl").is_file()):
+        target = resolve_attempt(attempt, runs)
+    loaded_replay = rp.load(target)
+    if reexecute:
+        from harness.reexecute import reexecute as run_again
+        from harness.reexecute import report_lines
+
+        def inert(message: str) -> None:
+            console.print(Text(rp.inert_block(message)), soft_wrap=True)
+
+        inert(loaded_replay.verification.line())
+        report = run_again(loaded_replay.attempt_dir, loaded=loaded_replay, log=inert)
+        for line in report_lines(report):
+            inert(line)
+        if not report.reproduced:
+            sys.exit(1)
+        return
+    filters = rp.Filters(kinds=kind or [], tools=tool or [], grep=grep)
+    rp.print_timeline(loaded_replay, rp.select(loaded_replay, filters), console,
+                      filters=filters)
+    if html is not None:
+        viewer.write(loaded_replay, html)
+        console.print(f"wrote {html}", markup=False, highlight=False)
+    if not loaded_replay.verification.ok:
+        sys.exit(1)
+
+
+@app.command()
+@clear_errors
 def cleanup(
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
     all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]

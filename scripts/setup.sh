@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up shared by the README's commands, for a Debian 12 machine as root: installs what is
-# missing (Docker engine, debootstrap, git, venv), starts dockerd if it is not running,
+# missing (Docker engine, debootstrap, git, venv, chromium), starts dockerd if it is not running,
 # installs the Python package into .venv and builds the images. Idempotent: a second run
 # installs nothing and rebuilds no image whose inputs are unchanged.
 set -euo pipefail
@@ -10,6 +10,8 @@ missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v git >/dev/null 2>&1 || missing+=(git)
+# The replay viewer's test opens its page in headless Chromium (playwright drives Debian's).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
