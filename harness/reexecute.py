@@ -129,7 +129,8 @@ def _baseline_problem(attempt: Path) -> str | None:
 
 def _extras(start: dict[str, Any], record: records.SessionRecord,
             packet: Any) -> dict[str, ExtraTool]:
-    tools = start.get("tools") if isinstance(start.get("tools"), list) else []
+    listed = start.get("tools")
+    tools = listed if isinstance(listed, list) else []
     extras: dict[str, ExtraTool] = {}
     if "traincheck" in tools:
         from harness.agent.traincheck_tool import TraincheckTool

@@ -12,11 +12,10 @@ and grade files are read with size caps, and text meant for a terminal goes thro
 sequences, bidi overrides and lone surrogates into visible escapes. Rich is only ever given
 ``Text`` objects, so ``[bold]`` in an output stays literal.
 
-Snapshots (issue 15, part 1) are not recorded yet. When they are, a ``snapshot`` event is
-shown with what it carries (``id``, ``trigger``, ``files_changed``, ``sha256`` and the diff as
-``diff``: text, or a blob reference), and its grade is read from ``snapshot_grades.json`` in
-the attempt folder: ``{"<snapshot id>": {"verdict": str, "contracts": {"<contract id>":
-"pass" | "fail" | ...}}}``. Nothing is shown where nothing was recorded.
+A ``snapshot`` event (harness/snapshots.py) is shown with its index, trigger and changed
+files, its diff read (capped) from ``snapshots/NNNN.diff``, and its blind grade from
+``grades/snapshots.json`` when ``harness grade --snapshots`` has run. Nothing is shown where
+nothing was recorded.
 """
 
 from __future__ import annotations
@@ -29,13 +28,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grading.hashing import file_sha256 as file_sha256_of
 from harness import records
 from harness.audit import verify_attempt
 from harness.errors import HarnessError
@@ -52,7 +52,9 @@ HEAD_CHARS = 160
 # What one search (--grep, the viewer's index) reads of one text.
 SEARCH_TEXT_BYTES = 1024**2
 GRADE_JSON_MAX_BYTES = 16 * 1024**2
-SNAPSHOT_GRADES_NAME = "snapshot_grades.json"
+SNAPSHOT_GRADES_NAME = "grades/snapshots.json"  # harness.grade.SNAPSHOT_GRADES_NAME
+SNAPSHOT_DIFF = re.compile(r"^snapshots/[0-9]{4}\.diff$")  # nothing else is read as a diff
+SNAPSHOT_DIFF_MAX_BYTES = 4 * 1024**2
 SNAPSHOT_KIND = "snapshot"
 # Artifacts are named by the harness (``NNNN-label.log``); a recorded path is never followed,
 # only its last part is looked up under the attempt's own artifacts/.
@@ -164,10 +166,10 @@ def file_sha256(path: Path) -> str | None:
     """SHA-256 of a regular file (not a link), or None."""
     if path.is_symlink() or not path.is_file():
         return None
-    return records.sha256_file(path)
+    return file_sha256_of(path)
 
 
-def is_blob_ref(value: Any) -> bool:
+def is_blob_ref(value: Any) -> TypeGuard[dict[str, Any]]:
     return (isinstance(value, dict) and isinstance(value.get("blob"), str)
             and bool(_HEX64.match(value["blob"])) and set(value) <= {"blob", "size", "text"})
 
@@ -252,6 +254,7 @@ class Snapshot(BaseModel):
     trigger: str
     files_changed: list[str] = Field(default_factory=list)
     sha256: str | None = None
+    diff: str | None = None  # the patch, capped
     grade: SnapshotGrade | None = None
 
 
@@ -420,7 +423,7 @@ def _violations(details: Any) -> list[Violation]:
 
 def diagnostic_tools() -> frozenset[str]:
     """The tools that only the treatment arm gets: the diagnostics (TrainCheck)."""
-    from harness.agent.tools import EXTRA_TOOLS
+    from harness.agent.toolsets import EXTRA_TOOLS
 
     return frozenset(EXTRA_TOOLS)
 
@@ -451,7 +454,8 @@ def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> Non
         calls = d.get("tool_calls")
         names = [str(c.get("name")) for c in calls if isinstance(c, dict)] \
             if isinstance(calls, list) else []
-        usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
+        raw_usage = d.get("usage")
+        usage = raw_usage if isinstance(raw_usage, dict) else {}
         text = d.get("text")
         parts = [f"-> {', '.join(names)}" if names else "no tool call",
                  f"{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tokens"]
@@ -469,7 +473,7 @@ def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> Non
         event.summary = _short_value({k: v for k, v in d.items() if k != "budget"}, 200)
     elif kind == SNAPSHOT_KIND:
         files = d.get("files_changed")
-        event.summary = (f"snapshot {_short_value(d.get('id', '?'))} after "
+        event.summary = (f"snapshot {_short_value(d.get('index', '?'))} after "
                          f"{_short_value(d.get('trigger', d.get('reason', '?')))}, "
                          f"{len(files) if isinstance(files, list) else '?'} file(s) changed")
     elif kind == "sandbox_start":
@@ -552,8 +556,8 @@ def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
     capped = read_capped(path, GRADE_JSON_MAX_BYTES)
     try:
         raw = json.loads(capped.text) if capped.whole else {}
-        return {str(k): SnapshotGrade.model_validate(v) for k, v in raw.items()}
-    except (ValueError, AttributeError, TypeError):
+        return {str(s["index"]): SnapshotGrade.model_validate(s) for s in raw["snapshots"]}
+    except (ValueError, AttributeError, TypeError, KeyError):
         return {}
 
 
@@ -642,14 +646,19 @@ def load(target: Path) -> Replay:
     for event in events:
         if event.kind != SNAPSHOT_KIND or event.status == "damaged":
             continue
-        sid = str(event.data.get("id", f"seq-{event.seq}"))
+        sid = str(event.data.get("index", f"seq-{event.seq}"))
         files = event.data.get("files_changed")
+        rel = event.data.get("diff")
+        patch = None
+        if isinstance(rel, str) and SNAPSHOT_DIFF.match(rel):
+            capped = read_capped(folder / rel, SNAPSHOT_DIFF_MAX_BYTES, rel)
+            patch = capped.problem or capped.text
         snapshots.append(Snapshot(
             seq=event.seq, line=event.line, offset_s=event.offset_s, id=sid,
             trigger=str(event.data.get("trigger", event.data.get("reason", ""))),
             files_changed=[str(f) for f in files] if isinstance(files, list) else [],
             sha256=str(event.data["sha256"]) if "sha256" in event.data else None,
-            grade=grades.get(sid)))
+            diff=patch, grade=grades.get(sid)))
     final = None
     try:
         final = _final_grade(folder, record)
@@ -842,9 +851,9 @@ def print_timeline(replay: Replay, events: list[ReplayEvent], console: Console, 
     cells = [r for r in rows if isinstance(r, list)]
     widths = [max([len(name)] + [r[i].cell_len for r in cells if name != "detail"])
               for i, (name, _justify) in enumerate(_COLUMNS)]
-    detail = _COLUMNS.index(("detail", "left"))
-    rest = sum(w for i, w in enumerate(widths) if i != detail) + 2 * (len(_COLUMNS) - 1)
-    widths[detail] = max(30, console.width - rest)
+    detail_column = _COLUMNS.index(("detail", "left"))
+    rest = sum(w for i, w in enumerate(widths) if i != detail_column) + 2 * (len(_COLUMNS) - 1)
+    widths[detail_column] = max(30, console.width - rest)
 
     def new_table(header: bool) -> Table:
         table = Table(show_header=header, pad_edge=False, box=None, header_style="bold")

@@ -301,7 +301,6 @@ class _Page:
                 f"{len(event.violations)} new violation(s){table}</div>")
 
     def snapshot(self, event: ReplayEvent) -> str:
-        d = event.data
         snap = self.snapshots.get(event.line)
         out = []
         if snap is not None:
@@ -316,7 +315,7 @@ class _Page:
                 out.append(f'<p class="sgrade">grade: {esc(snap.grade.verdict)} {cells}</p>')
             else:
                 out.append('<p class="sgrade">not graded</p>')
-        diff = d.get("diff", d.get("patch"))
+        diff = snap.diff if snap is not None else None
         if diff is not None:
             out.append(self.block("diff of this snapshot", diff, diff=True, cls="out diffbox"))
         return "".join(out)
@@ -575,7 +574,8 @@ def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Pa
                 verdict = records.GradeSummary.model_validate(grades[-1]).shown()
             except ValueError:
                 verdict = "unreadable grade summary"
-        usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
+        raw_usage = rec.get("usage")
+        usage = raw_usage if isinstance(raw_usage, dict) else {}
         link = (f'<a href="{html.escape(row.link, quote=True)}">{esc(row.session_id)}</a>'
                 if row.link else esc(row.session_id))
         in_study = "" if row.order is not None else " (not in the study's assignment)"

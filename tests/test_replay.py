@@ -4,6 +4,7 @@ and in headless Chromium; tampered, cut and damaged transcripts shown broken whe
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import records, replay, viewer
+from harness import events, records, replay, viewer
+from harness.grade import SnapshotGrade, SnapshotGrades
 from harness.session import SessionOptions, run_session
 from harness.transcript import TranscriptWriter, read_events
 from tests.conftest import write_script, write_study
@@ -211,22 +213,29 @@ def test_a_snapshot_event_and_its_grade_are_shown_when_recorded(attempt: Path,
                                                                 tmp_path: Path) -> None:
     copy = _copy(attempt, tmp_path)
     patch = f"--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new {SCRIPT_TAG}\n"
-    with TranscriptWriter(copy / records.TRANSCRIPT_NAME) as writer:
-        writer.append("snapshot", {"id": "s1", "trigger": "run_public_tests",
-                                   "files_changed": ["x.py"], "diff": patch})
+    (copy / "snapshots").mkdir(exist_ok=True)
+    (copy / "snapshots/0009.diff").write_text(patch)
+    with TranscriptWriter(copy / records.TRANSCRIPT_NAME, events.validate) as writer:
+        writer.append("snapshot", {"index": 9, "trigger": "run_public_tests", "call_id": "c9",
+                                   "diff": "snapshots/0009.diff", "files_changed": ["x.py"],
+                                   "sha256": hashlib.sha256(patch.encode()).hexdigest(),
+                                   "bytes": len(patch), "duration_s": 0.1})
         head = records.TranscriptHead(events=writer.next_seq, head=writer.last_hash)
     record = records.read_record(copy)
     record.transcript = head
     records.write_record(copy, record)
-    (copy / replay.SNAPSHOT_GRADES_NAME).write_text(json.dumps(
-        {"s1": {"verdict": "incomplete", "contracts": {"public-tests": "pass",
-                                                       "hidden:resume": "fail"}}}))
+    (copy / "grades").mkdir(exist_ok=True)
+    (copy / replay.SNAPSHOT_GRADES_NAME).write_text(SnapshotGrades(
+        graded_at="now", snapshots=[SnapshotGrade(
+            index=9, trigger="run_public_tests", call_id="c9", diff_sha256="0" * 64,
+            folder="grades/snapshots/grade-1", verdict="incomplete",
+            contracts={"public-tests": "pass", "hidden:resume": "fail"})]).model_dump_json())
     records.write_manifest(copy)
     loaded = replay.load(copy)
     assert loaded.verification.ok, loaded.verification.error
     (snap,) = loaded.snapshots
     assert snap.grade is not None and snap.grade.contracts["hidden:resume"] == "fail"
-    assert "snapshot s1 after run_public_tests" in _timeline(copy)
+    assert "snapshot 9 after run_public_tests" in _timeline(copy)
     assert "grade: incomplete (pass 1, fail 1)" in _timeline(copy)
     page = viewer.render(loaded)
     assert '<table class="strip">' in page and "hidden:resume" in page
