@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from grading import sealed
-from grading.grade import GradeOptions, GraderError, grade, write_report
+from grading.grade import grade, write_report
+from grading.layout import GradeOptions, GraderError
 from grading.packet import load_packet_spec
 
 EXIT_BAD_INPUT = 2

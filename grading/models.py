@@ -118,7 +118,7 @@ class GradeReport(BaseModel):
     grader_version: str = GRADER_VERSION
     # SHA-256 over the grading package's source, so a frozen study can tell if it changed.
     grader_source_sha256: str
-    # Content hashes of the inputs actually graded against (see grade.tree_sha256).
+    # Content hashes of the inputs actually graded against (see grading.hashing).
     baseline_tree_sha256: str
     hidden_tree_sha256: str
     # The graded tree after the restore (None when the diff did not apply); checked unchanged

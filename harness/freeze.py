@@ -32,7 +32,7 @@ import docker
 import docker.errors
 from pydantic import BaseModel, ValidationError
 
-from grading.grade import grader_source_sha256, tree_sha256
+from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
 from harness import images, records
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import tools_for_arm
@@ -149,7 +149,7 @@ def _shown(path: Path) -> str:
 
 
 def _file(path: Path) -> str:
-    return records.sha256_file(path) if path.is_file() else ABSENT
+    return file_sha256(path) if path.is_file() else ABSENT
 
 
 def _tree(path: Path) -> str:
@@ -343,7 +343,7 @@ def read_lock(path: Path) -> Frozen:
     except (OSError, ValidationError) as exc:
         raise HarnessError(f"study lock {path} is unreadable ({type(exc).__name__})",
                            "restore it from a copy; a lock is never edited by hand") from exc
-    return Frozen(path=path, sha256=records.sha256_file(path), lock=lock)
+    return Frozen(path=path, sha256=file_sha256(path), lock=lock)
 
 
 def latest_lock(study: Study) -> Frozen | None:
@@ -353,7 +353,7 @@ def latest_lock(study: Study) -> Frozen | None:
 
 def find_lock(study_root: Path, sha256: str) -> Frozen | None:
     for path in sorted((study_root / LOCKS_DIR).glob("rev-*.json"), key=_revision):
-        if records.sha256_file(path) == sha256:
+        if file_sha256(path) == sha256:
             return read_lock(path)
     return None
 

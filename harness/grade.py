@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import docker
 from pydantic import BaseModel, Field, ValidationError
 
-from grading.grade import grader_source_sha256, tree_sha256
+from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness import events, images, records
@@ -364,7 +364,7 @@ def grade_snapshots(
     for snap in snapshots:  # the file must be the one the transcript vouches for
         assert snap.diff is not None
         path = attempt_dir / snap.diff
-        if not path.is_file() or records.sha256_file(path) != snap.sha256:
+        if not path.is_file() or file_sha256(path) != snap.sha256:
             raise HarnessError(f"snapshot {snap.index} ({snap.diff}) is missing or does not "
                                "match its transcript event", "run `harness verify` on it")
     client = client or images.docker_client()

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from grading.hashing import file_sha256
 from harness import jsontext, outcomes
 from harness.budget import Usage
 from harness.errors import HarnessError
@@ -190,14 +191,6 @@ def resolve_attempt(ref: str, runs_root: Path) -> Path:
     )
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]:
     """SHA-256 of every file under ``folder`` but the manifest (symlinks by their target)."""
     files: dict[str, str] = {}
@@ -212,7 +205,7 @@ def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]
                 target = os.readlink(path).encode()
                 files[rel] = "symlink:" + hashlib.sha256(target).hexdigest()
             elif path.is_file():
-                files[rel] = sha256_file(path)
+                files[rel] = file_sha256(path)
     return dict(sorted(files.items()))
 
 

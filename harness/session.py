@@ -25,6 +25,7 @@ from typing import Any
 import docker
 from pydantic import BaseModel, ValidationError
 
+from grading.hashing import file_sha256
 from harness import events, freeze, images, records
 from harness.agent.loop import build_system_prompt, run_agent
 from harness.agent.providers import make_provider
@@ -330,7 +331,7 @@ def _finalize_diff(
         check_applies(attempt_dir / "baseline", patch)
         (attempt_dir / DIFF_NAME).write_bytes(patch)
         record.diff = records.DiffSummary(
-            sha256=records.sha256_file(attempt_dir / DIFF_NAME), bytes=len(patch),
+            sha256=file_sha256(attempt_dir / DIFF_NAME), bytes=len(patch),
             files_changed=result.files_changed,
         )
         transcript.append("diff", {"extract": report.model_dump(mode="json"),

@@ -14,6 +14,7 @@ import tarfile
 from pathlib import Path
 
 import docker
+import pytest
 
 from harness import images
 from harness.grade import JUDGE_USER, grader_sandbox
@@ -36,6 +37,8 @@ def _tree_tar(paths: list[str]) -> bytes:
     return buf.getvalue()
 
 
+# The whole in-image suite, one exec: longer than one test's default on a loaded host.
+@pytest.mark.timeout(1800)
 def test_grading_suite_passes_inside_the_grader_image(
     client: docker.DockerClient, tmp_path: Path
 ) -> None:

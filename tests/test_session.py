@@ -13,6 +13,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from grading.hashing import file_sha256
 from harness import events, records
 from harness.agent.tools import ToolRunner
 from harness.session import SessionOptions, run_session
@@ -37,7 +38,7 @@ def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient
     manifest = json.loads((demo_attempt / records.MANIFEST_NAME).read_text())
     for rel, digest in manifest["files"].items():
         if not digest.startswith("symlink:"):
-            assert records.sha256_file(demo_attempt / rel) == digest, rel
+            assert file_sha256(demo_attempt / rel) == digest, rel
     assert session_containers(client, SESSION, demo_attempt.parent.parent) == []
 
 

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from diagnostics.checking import invariant_id, render_report
+from grading.hashing import reference_tree_sha256
 from grading.packet import CUDA_CONFIGURATIONS, DiagnosticsSpec
 from harness.agent.tools import ToolError, ToolResult, ToolRunner
 from harness.errors import HarnessError
@@ -38,7 +39,6 @@ from harness.traincheck.reference import (
     ReferenceManifest,
     Violation,
     load_frozen,
-    tree_sha256,
 )
 from harness.traincheck.variants import REPORTS_ROOT, TaskFiles
 
@@ -161,7 +161,7 @@ class TraincheckTool:
                 by_id={invariant_id(inv): inv for inv in
                        map(json.loads, loaded.invariants.decode().splitlines())})
         stale = []
-        if manifest.packet_repo_sha256 != tree_sha256(packet.repo):
+        if manifest.packet_repo_sha256 != reference_tree_sha256(packet.repo):
             stale.append("the packet's repo/")
         if (manifest.train_args != spec.train_args(feature=False)
                 or manifest.feature_args != spec.feature_args):

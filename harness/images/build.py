@@ -12,6 +12,7 @@ import docker
 import docker.errors
 from pydantic import BaseModel
 
+from grading.hashing import add_image_context
 from harness.images.dockerbuild import docker_build
 from harness.images.rootfs import ensure_rootfs
 from harness.images.runtime import docker_client
@@ -29,25 +30,16 @@ from harness.images.wheelhouse import ensure_wheelhouse, find_wheels, image_pins
 from harness.paths import CACHE_DIR, IMAGES_DIR, REPO_ROOT
 
 
-def _hash_tree(digest: hashlib._Hash, root: Path, prefix: str) -> None:
-    for path in sorted(root.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
-            continue
-        rel = f"{prefix}/{path.relative_to(root).as_posix()}"
-        digest.update(f"{rel}\0{path.stat().st_mode & 0o777}\0".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-
-
 def inputs_hash(spec: ImageSpec, parent_id: str, wheels: list[Path], torch_spec: str) -> str:
     digest = hashlib.sha256()
     digest.update(f"parent={parent_id}\0torch={torch_spec}\0".encode())
-    _hash_tree(digest, IMAGES_DIR / spec.name, "dockerfile")
+    add_image_context(digest, IMAGES_DIR / spec.name, "dockerfile")
     if spec.requirements:
         digest.update((IMAGES_DIR / "requirements" / spec.requirements).read_bytes())
     for wheel in wheels:  # a wheel's name carries its version; its size catches a re-download
         digest.update(f"{wheel.name}\0{wheel.stat().st_size}\0".encode())
     for package in spec.local_packages:
-        _hash_tree(digest, REPO_ROOT / package, package)
+        add_image_context(digest, REPO_ROOT / package, package)
     return digest.hexdigest()
 
 

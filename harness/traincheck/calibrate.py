@@ -26,6 +26,7 @@ from typing import Any, Literal
 import docker
 from pydantic import BaseModel, Field
 
+from grading.hashing import file_sha256
 from harness import images
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
@@ -33,7 +34,6 @@ from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
     RunSummary,
     Violation,
-    file_sha256,
     load_frozen,
     run_summary,
     traced_run,

@@ -35,6 +35,7 @@ import docker
 from pydantic import BaseModel, Field
 
 from diagnostics.checking import invariant_id  # the id the container computes too
+from grading.hashing import file_sha256, reference_tree_sha256
 from harness import images
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
@@ -104,20 +105,6 @@ class ReferenceManifest(BaseModel):
     diagnostics_sha256: str
     policy: str
     configs: dict[str, FrozenConfig]
-
-
-def tree_sha256(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if "__pycache__" in path.parts or not path.is_file():
-            continue
-        digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 POLICY = (
@@ -258,8 +245,8 @@ def build_reference(files: TaskFiles, configs: list[str], *,
         task=files.task, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
         traincheck_version=version, relations=RELATIONS, steps=spec.steps, seed=spec.seed,
         train_args=spec.train_args(feature=False), feature_args=spec.feature_args,
-        packet_repo_sha256=tree_sha256(files.packet.repo),
-        diagnostics_sha256=tree_sha256(REPO_ROOT / "diagnostics"), policy=POLICY,
+        packet_repo_sha256=reference_tree_sha256(files.packet.repo),
+        diagnostics_sha256=reference_tree_sha256(REPO_ROOT / "diagnostics"), policy=POLICY,
         configs=dict(sorted(frozen.items())))
     manifest_path.write_text(manifest.model_dump_json(indent=1) + "\n")
     return manifest

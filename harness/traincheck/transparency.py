@@ -25,10 +25,11 @@ from typing import Any, Literal
 import docker
 from pydantic import BaseModel, Field
 
+from grading.hashing import reference_tree_sha256
 from harness import images
 from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
-from harness.traincheck.reference import traincheck_version, tree_sha256
+from harness.traincheck.reference import traincheck_version
 from harness.traincheck.variants import TaskFiles, build_variants
 
 TRANSPARENCY_STEPS = 4
@@ -195,8 +196,8 @@ def check_config(box: DiagnosticsBox, files: TaskFiles, tree: str, config: str, 
         config=config, command=command,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"), variant=VARIANT,
         traincheck_version=version, torch_version=result["torch_version"], image_id=image_id,
-        packet_repo_sha256=tree_sha256(files.packet.repo),
-        diagnostics_sha256=tree_sha256(REPO_ROOT / "diagnostics"), train_args=args,
+        packet_repo_sha256=reference_tree_sha256(files.packet.repo),
+        diagnostics_sha256=reference_tree_sha256(REPO_ROOT / "diagnostics"), train_args=args,
         steps=result["steps"], save_every=result["save_every"], mid_step=result["mid_step"],
         final_step=result["final_step"], runs=runs, comparisons=comparisons,
         costs=Costs(plain_s=plain, traced_s=traced, traced_over_plain=_ratio(traced, plain),

@@ -40,9 +40,11 @@ from support import (
     run_grader,
 )
 
-from grading.grade import discover_hidden_tests, restore_locked_paths, tree_sha256
+from grading.hashing import tree_sha256
+from grading.hidden import discover_hidden_tests
 from grading.packet import PacketSpec, load_packet_spec
 from grading.run import MARKER_VAR, marked_pids, run_command
+from grading.trees import restore_locked_paths
 
 # ---------------------------------------------------------------------------------------------
 # run_command (no torch)

@@ -26,7 +26,8 @@ from support import (
 )
 
 from grading import sealed
-from grading.grade import discover_hidden_tests, tree_sha256
+from grading.hashing import tree_sha256
+from grading.hidden import discover_hidden_tests
 
 # What the payload may achieve in its own processes; everything else must be refused.
 OWN_PROCESS_ONLY = {"trail", "pytest-hook", "linger"}

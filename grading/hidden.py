@@ -1,0 +1,468 @@
+"""Hidden checks: the judge's pytest run, its watchdog, and reading back its results."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grading import sealed
+from grading.judge_plugin import FLAGS_VAR
+from grading.layout import (
+    GRADING_OUTCOME_PROPERTY,
+    HIDDEN_PREFIX,
+    LOG_DIR,
+    GradeOptions,
+    GraderError,
+    Layout,
+)
+from grading.models import (
+    ContractResult,
+    Outcome,
+)
+from grading.probe import PROBES_VAR
+from grading.public import child_env, excerpt_of, read_log_text, run_evidence
+from grading.run import RunResult, Watchdog, run_command, signal_name
+
+
+@dataclass(frozen=True)
+class HiddenTest:
+    """A test function found by reading the hidden checks (no import, so no candidate code)."""
+
+    nodeid: str  # e.g. "test_warmup.py::test_resume" (parametrised instances add "[...]")
+    statement: str
+
+
+def _test_function(node: ast.AST, prefix: str) -> HiddenTest | None:
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    if not node.name.startswith("test"):
+        return None
+    nodeid = f"{prefix}::{node.name}"
+    doc = " ".join((ast.get_docstring(node) or "").split())
+    return HiddenTest(nodeid, doc or f"Hidden check {nodeid} passes.")
+
+
+def discover_hidden_tests(checks: Path) -> list[HiddenTest]:
+    """Test functions and ``Test*`` class methods in ``test_*.py``/``*_test.py`` files.
+
+    Read with ``ast``, never imported: the list is the same whatever the candidate did, which
+    keeps contract ids stable even when a run dies before pytest reports anything.
+    """
+    found: list[HiddenTest] = []
+    names = sorted(checks.rglob("*.py"))
+    for path in (p for p in names if p.name.startswith("test_") or p.name.endswith("_test.py")):
+        rel = path.relative_to(checks).as_posix()
+        try:
+            module = ast.parse(path.read_bytes(), filename=str(path))
+        except SyntaxError:
+            found.append(HiddenTest(rel, f"Hidden check module {rel} imports and runs."))
+            continue
+        for node in module.body:
+            if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                found += filter(None, (_test_function(n, f"{rel}::{node.name}") for n in node.body))
+            elif (test := _test_function(node, rel)) is not None:
+                found.append(test)
+    return found
+
+
+def _base_id(nodeid: str) -> str:
+    return nodeid.split("[", 1)[0]
+
+
+_VERBOSE_LINE = re.compile(
+    r"^(?P<path>\S+?\.py)::(?P<name>\S+) (?P<word>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b"
+)
+# A test prints its id and a space when it starts; its outcome (or, when the process dies in
+# it, a fault handler's dump) follows on the same line.
+_STARTED_LINE = re.compile(r"^(?P<path>\S+?\.py)::(?P<name>\S+)(?: |$)")
+# pytest's end-of-run sections ("= FAILURES =", "= short test summary info =", ...).
+_SUMMARY_SECTION = re.compile(r"^=+ (?!test session starts)\S.* =+$")
+_LOG_OUTCOME: dict[str, Outcome] = {
+    "PASSED": "pass",
+    "XPASS": "pass",
+    "FAILED": "fail",
+    # An expected failure is still a contract not met.
+    "XFAIL": "fail",
+    "ERROR": "crash",
+    "SKIPPED": "not_run",
+}
+
+
+class _ProgressWatchdog:
+    """Kills a pytest run when no test has finished for ``limit_s`` (a per-test hard timeout).
+
+    It reads the ``-v`` log as it grows; only complete result lines count.
+    """
+
+    def __init__(self, log_path: Path, limit_s: float) -> None:
+        self.log_path = log_path
+        self.limit_s = limit_s
+        self.offset = 0
+        self.carry = b""
+        self.last_progress = time.monotonic()
+        self.next_check = 0.0
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return None
+        self.next_check = now + 0.25
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            data = b""
+        if data:
+            self.offset += len(data)
+            lines = (self.carry + data).split(b"\n")
+            self.carry = lines.pop()
+            for line in lines:
+                if _VERBOSE_LINE.match(line.decode("utf-8", "replace")):
+                    self.last_progress = now
+        if now - self.last_progress > self.limit_s:
+            return f"no hidden test finished within {self.limit_s:g} s"
+        return None
+
+
+@dataclass
+class _LogProgress:
+    completed: dict[str, Outcome] = field(default_factory=dict)
+    in_progress: str | None = None
+
+
+class _HiddenRunner:
+    def __init__(self, opts: GradeOptions, layout: Layout) -> None:
+        self.opts = opts
+        self.layout = layout
+        self.checks = (opts.hidden / "checks").resolve()
+        # The judge's pytest starts in an empty folder of its own: with ``python -m`` the
+        # working folder is on sys.path, and it must not be the candidate's tree.
+        self.cwd = layout.judge / "cwd"
+        # Our own (empty) ini file: no pytest.ini, tox.ini, setup.cfg or pyproject.toml from
+        # the graded tree or its parents can add options or plugins.
+        self.ini = layout.judge / "pytest.ini"
+        self.ini.write_text("[pytest]\n")
+        self.env = child_env(
+            layout,
+            {
+                "GRADING_WORKDIR": str(layout.graded),
+                "GRADING_BASELINE": str(layout.baseline),
+                PROBES_VAR: str(layout.probes),
+                FLAGS_VAR: str(layout.flags),
+                # Plugins installed in the image must not change how checks run.
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            },
+        )
+        self.expected = discover_hidden_tests(self.checks)
+        self.statements = {t.nodeid: t.statement for t in self.expected}
+        self.results: dict[str, ContractResult] = {}
+        self.collected: list[str] | None = None
+        self.deadline = time.monotonic() + opts.hidden_timeout_s
+
+    # -- pytest invocation
+
+    def _argv(self, junit: Path, targets: list[str], *, collect_only: bool = False) -> list[str]:
+        argv = [
+            sys.executable, "-m", "pytest",
+            "-q" if collect_only else "-v",
+            "-c", str(self.ini),
+            "--rootdir", str(self.checks),
+            # No conftest.py outside the checks folder is loaded (the graded tree's included).
+            "--confcutdir", str(self.checks),
+            "-p", "no:cacheprovider",
+            "--color=no",
+            "-o", "addopts=",
+            "-o", "console_output_style=classic",
+            "--continue-on-collection-errors",
+            "-p", "grading.judge_plugin",
+        ]  # fmt: skip
+        if collect_only:
+            argv.append("--collect-only")
+        else:
+            argv += ["--junitxml", str(junit)]
+        return argv + targets
+
+    def _nodeid(self, printed_path: str, rest: str) -> str:
+        """Node id relative to the checks folder from a path pytest printed relative to cwd."""
+        for base in (self.cwd, self.checks):
+            candidate = Path(os.path.normpath(base / printed_path))
+            if candidate.is_file():
+                try:
+                    return f"{candidate.relative_to(self.checks).as_posix()}::{rest}"
+                except ValueError:
+                    continue
+        return f"{printed_path}::{rest}"
+
+    def _statement(self, nodeid: str) -> str:
+        return self.statements.get(_base_id(nodeid), f"Hidden check {nodeid} passes.")
+
+    def _contract(
+        self,
+        nodeid: str,
+        outcome: Outcome,
+        *,
+        reason: str | None = None,
+        evidence: dict[str, Any] | None = None,
+        log: str | None = None,
+    ) -> ContractResult:
+        return ContractResult(
+            id=HIDDEN_PREFIX + nodeid,
+            kind="hidden_check",
+            statement=self._statement(nodeid),
+            outcome=outcome,
+            reason=reason,
+            evidence=evidence or {},
+            log=log,
+        )
+
+    # -- result sources
+
+    def _junit_nodeid(self, classname: str, name: str) -> str:
+        parts = [p for p in classname.split(".") if p]
+        if not parts:  # a collection error names the module in `name`
+            parts, name = name.split("."), ""
+        for k in range(len(parts), 0, -1):
+            rel = "/".join(parts[:k]) + ".py"
+            if (self.checks / rel).is_file():
+                return "::".join([rel, *parts[k:], *([name] if name else [])])
+        return "::".join([*parts, *([name] if name else [])])
+
+    def _from_junit(self, junit: Path, log_rel: str) -> list[ContractResult] | None:
+        try:
+            root = ET.parse(junit).getroot()
+        except (OSError, ET.ParseError):
+            return None
+        results = []
+        for case in root.iter("testcase"):
+            nodeid = self._junit_nodeid(case.get("classname", ""), case.get("name", ""))
+            evidence: dict[str, Any] = {"duration_s": float(case.get("time") or 0.0)}
+            props = {p.get("name", ""): p.get("value") for p in case.iter("property")}
+            if props:
+                evidence["properties"] = props
+            outcome: Outcome = "pass"
+            reason = None
+            for child in case:
+                if child.tag not in ("failure", "error", "skipped"):
+                    continue
+                message = child.get("message") or ""
+                evidence["message"] = excerpt_of(message, 1000)
+                if child.text:
+                    evidence["details"] = excerpt_of(child.text)
+                if child.tag == "failure":
+                    outcome = "fail"
+                    # A check whose training run crashed or hung says so through a property
+                    # (GRADING_OUTCOME_PROPERTY): that is an outcome of its own, never "fail".
+                    run_outcome = props.get(GRADING_OUTCOME_PROPERTY)
+                    if run_outcome in ("crash", "hang"):
+                        outcome = "crash" if run_outcome == "crash" else "hang"
+                        reason = f"the check's training run ended in {run_outcome}"
+                elif child.tag == "error":
+                    outcome = "crash"
+                    reason = (
+                        "collection error"
+                        if message == "collection failure"
+                        else f"pytest error outside the test body: {message[:200]}"
+                    )
+                elif child.get("type") == "pytest.xfail":
+                    outcome, reason = "fail", "marked as an expected failure"
+                else:
+                    outcome, reason = "not_run", f"skipped: {message[:500]}"
+                break
+            if reason == "collection error" and "::" not in nodeid:
+                # Report the module's tests under their usual ids, so the set of contracts
+                # does not depend on whether the candidate broke collection.
+                inside = [t.nodeid for t in self.expected if t.nodeid.startswith(nodeid + "::")]
+                if inside:
+                    for test_id in inside:
+                        results.append(
+                            self._contract(
+                                test_id,
+                                outcome,
+                                reason=reason,
+                                evidence=dict(evidence),
+                                log=log_rel,
+                            )
+                        )
+                    continue
+            results.append(
+                self._contract(nodeid, outcome, reason=reason, evidence=evidence, log=log_rel)
+            )
+        return results
+
+    def _from_log(self, log_path: Path) -> _LogProgress:
+        progress = _LogProgress()
+        last_started = None
+        for line in read_log_text(log_path).splitlines():
+            if _SUMMARY_SECTION.match(line):
+                # Failure details quote candidate text verbatim: nothing past here is progress.
+                break
+            if m := _VERBOSE_LINE.match(line):
+                progress.completed[self._nodeid(m["path"], m["name"])] = _LOG_OUTCOME[m["word"]]
+            if m := _STARTED_LINE.match(line):
+                last_started = self._nodeid(m["path"], m["name"])
+        # The last test that started and never reported an outcome is the one that was running.
+        if last_started is not None and last_started not in progress.completed:
+            progress.in_progress = last_started
+        return progress
+
+    def _collect(self) -> list[str] | None:
+        """Exact node ids of every hidden test, from ``pytest --collect-only``."""
+        if self.collected is not None:
+            return self.collected
+        log_rel = f"{LOG_DIR}/hidden-checks.collect.log"
+        res = run_command(
+            self._argv(Path(), [str(self.checks)], collect_only=True),
+            cwd=self.cwd,
+            env=self.env,
+            timeout_s=min(120.0, max(1.0, self.remaining())),
+            log_path=self.opts.out / log_rel,
+            as_candidate=False,
+        )
+        sealed.end_job()
+        if res.timed_out or res.signal is not None or res.exit_code not in (0, 1):
+            return None
+        ids = []
+        for line in read_log_text(self.opts.out / log_rel).splitlines():
+            if "::" in line and not line.startswith("[grading]"):
+                path, _, rest = line.strip().partition("::")
+                ids.append(self._nodeid(path, rest))
+        self.collected = ids
+        return ids
+
+    # -- the loop
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self) -> list[ContractResult]:
+        if not self.expected:
+            raise GraderError(f"no hidden tests found under {self.checks}")
+        targets = [str(self.checks)]
+        round_no = 1
+        while True:
+            if self.remaining() <= 1.0:
+                self._leftovers(
+                    "not_run",
+                    f"the hidden checks' time budget ({self.opts.hidden_timeout_s:g} s) ran out "
+                    "before this test ran",
+                )
+                break
+            finished = self._round(round_no, targets)
+            if finished:
+                break
+            collected = self._collect()
+            if collected is None:
+                self._leftovers("crash", "pytest could not collect the hidden checks again")
+                break
+            # Exact node ids as positional arguments: --deselect matches by prefix, and
+            # "test_x[1]" would also deselect "test_x[10]".
+            targets = [f"{self.checks}/{n}" for n in collected if n not in self.results]
+            if not targets:
+                break
+            round_no += 1
+            # Each round settles at least one test, unless the ids pytest printed while running
+            # and while collecting disagree; never loop on that.
+            if round_no > len(collected) + 1:
+                self._leftovers("crash", "the grader lost track of this test across reruns")
+                break
+        self._leftovers("crash", "pytest never reported this test")
+        order = {t.nodeid: i for i, t in enumerate(self.expected)}
+        return sorted(
+            self.results.values(),
+            key=lambda c: (order.get(_base_id(c.id[len(HIDDEN_PREFIX) :]), len(order)), c.id),
+        )
+
+    def _round(self, round_no: int, targets: list[str]) -> bool:
+        """One pytest process; True when nothing is left to run."""
+        stem = f"{LOG_DIR}/hidden-checks.round-{round_no}"
+        log_rel, junit = f"{stem}.log", self.opts.out / f"{stem}.junit.xml"
+        log_path = self.opts.out / log_rel
+        watchdog: Watchdog = _ProgressWatchdog(log_path, self.opts.hidden_test_timeout_s)
+        res = run_command(
+            self._argv(junit, targets),
+            cwd=self.cwd,
+            env=self.env,
+            timeout_s=self.remaining(),
+            log_path=log_path,
+            watchdog=watchdog,
+            as_candidate=False,
+        )
+        # A judge killed mid-check leaves the candidate job it was waiting for: kill it now.
+        run_ev = run_evidence(res)
+        run_ev["candidate_processes_killed"] = sealed.end_job()
+        run_ev["round"] = round_no
+        if not res.timed_out and res.signal is None:
+            cases = self._from_junit(junit, log_rel)
+            if cases is not None:
+                for c in cases:
+                    c.evidence["round"] = round_no
+                    self.results.setdefault(c.id[len(HIDDEN_PREFIX) :], c)
+                if res.exit_code not in (0, 1):
+                    self._leftovers(
+                        "crash", f"pytest exited with code {res.exit_code} before running this"
+                    )
+                return True
+
+        # No report: pytest was killed or died. Keep what the log says finished, blame the test
+        # that was running, and let the caller rerun the rest.
+        progress = self._from_log(log_path)
+        for nodeid, outcome in progress.completed.items():
+            if nodeid not in self.results:
+                reason = "from the pytest log (the run did not finish)"
+                self.results[nodeid] = self._contract(
+                    nodeid, outcome, reason=reason, evidence={"round": round_no}, log=log_rel
+                )
+        if progress.in_progress is None:
+            outcome = "hang" if res.timed_out else "crash"
+            why = (
+                res.kill_reason
+                if res.timed_out
+                else (f"pytest died outside any test ({_describe(res)})")
+            )
+            self._leftovers(outcome, why or "pytest did not report", evidence=run_ev, log=log_rel)
+            return True
+        if res.timed_out:
+            outcome, reason = "hang", f"killed: {res.kill_reason}"
+        else:
+            outcome, reason = "crash", f"the pytest process died in this test ({_describe(res)})"
+        self.results[progress.in_progress] = self._contract(
+            progress.in_progress, outcome, reason=reason, evidence=run_ev, log=log_rel
+        )
+        return False
+
+    def _leftovers(
+        self,
+        outcome: Outcome,
+        reason: str,
+        *,
+        evidence: dict[str, Any] | None = None,
+        log: str | None = None,
+    ) -> None:
+        """Give every test not reported yet the outcome ``outcome``."""
+        seen = {_base_id(n) for n in self.results}
+        pending = [n for n in (self.collected or []) if n not in self.results]
+        pending += [t.nodeid for t in self.expected if t.nodeid not in seen]
+        for nodeid in dict.fromkeys(pending):
+            if nodeid in self.results:
+                continue
+            self.results[nodeid] = self._contract(
+                nodeid, outcome, reason=reason, evidence=dict(evidence or {}), log=log
+            )
+
+
+def _describe(res: RunResult) -> str:
+    if res.signal is not None:
+        return f"killed by {signal_name(res.signal)}"
+    return f"exit code {res.exit_code}"
+
+
+def run_hidden_checks(opts: GradeOptions, layout: Layout) -> list[ContractResult]:
+    return _HiddenRunner(opts, layout).run()

@@ -1,0 +1,107 @@
+"""The grade's options, folder layout and the constants every part of grading shares."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from grading import sealed
+from grading.packet import PacketSpec
+
+PUBLIC_CONTRACT_ID = "public-tests"
+# Hidden checks set this junit property ("crash" or "hang") when the run they judge did not
+# finish, so the contract reads crash/hang (with the rank named in the message), not fail.
+GRADING_OUTCOME_PROPERTY = "grading_outcome"
+HIDDEN_PREFIX = "hidden:"
+LOG_DIR = "logs"
+EXCERPT_CHARS = 3000
+# Environment variables passed from the grader's own environment to graded commands; everything
+# else is dropped so nothing from the grading host (PYTEST_ADDOPTS, PYTHONPATH, ...) leaks in.
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Same role as the harness's attributes: in-tree .gitattributes cannot make git apply convert,
+# filter or re-encode anything.
+NEUTRAL_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding !diff\n"
+# Exit statuses a shell reports for a child killed by one of these signals (128 + N) mean the
+# program crashed, not that it ran and reported failure.
+CRASH_SIGNALS = (
+    signal.SIGSEGV,
+    signal.SIGABRT,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGKILL,
+)
+
+
+class GraderError(Exception):
+    """Bad input the grader cannot produce a grade for; the CLI prints it as one line."""
+
+
+@dataclass
+class GradeOptions:
+    baseline: Path
+    packet: PacketSpec
+    diff: Path
+    hidden: Path
+    out: Path
+    submission_id: str
+    work: Path
+    # Total wall time for all hidden-check pytest processes together.
+    hidden_timeout_s: float = 1800.0
+    # No hidden test may run longer than this (measured as "no test finished for this long").
+    hidden_test_timeout_s: float = 300.0
+    # The hidden tree's digest as the host computed it; grading refuses any other tree.
+    expect_hidden_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Folders under ``--work``, by who may touch them.
+
+    ``judge/`` (0700): the judge's home, temp, git directory and flags; nothing of it is
+    reachable by the candidate uid. ``trees/`` (root-owned, read-only to the candidate): the
+    graded tree, the pristine baseline, the task's probes. ``area/`` (0711): job folders the
+    candidate writes in, one per run (``grading.sealed.job_dir``).
+    """
+
+    work: Path
+
+    @property
+    def judge(self) -> Path:
+        return self.work / "judge"
+
+    @property
+    def trees(self) -> Path:
+        return self.work / "trees"
+
+    @property
+    def graded(self) -> Path:
+        return self.trees / "graded"
+
+    @property
+    def baseline(self) -> Path:
+        return self.trees / "baseline"
+
+    @property
+    def probes(self) -> Path:
+        return self.trees / "probes"
+
+    @property
+    def area(self) -> Path:
+        return self.work / "area"
+
+    @property
+    def flags(self) -> Path:
+        return self.judge / "flags"
+
+    def make(self) -> None:
+        os.chmod(self.work, 0o711)
+        for sub in ("home", "tmp", "cwd"):
+            (self.judge / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.judge, 0o700)
+        self.trees.mkdir(exist_ok=True)
+        os.chmod(self.trees, 0o755)
+        sealed.make_area(self.area)
