@@ -211,7 +211,10 @@ def audit(
             cells = evidence.describe(chain)
             # Transcript text: a Text is never read as markup, and inert() shows escapes.
             table.add_row(*(Text(evidence.inert(cells[c])) for c in columns))
-        console.print(table)
+        if proposal.chains:
+            console.print(table)
+        else:
+            _log("no chain: no diagnostic report and no failed run of the agent's own")
         graded = ("snapshot grades " + proposal.snapshot_grades_sha256[:16]
                   if proposal.snapshot_grades_sha256 else
                   "snapshots not graded (harness grade ATTEMPT --snapshots)")
