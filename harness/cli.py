@@ -254,6 +254,91 @@ def replay(
 
 @app.command()
 @clear_errors
+def audit(
+    session_ref: Annotated[str, typer.Argument(metavar="ATTEMPT",
+                                               help="attempt folder or STUDY/SESSION")],
+    propose: Annotated[bool, typer.Option(
+        "--propose", help="verify the transcript, propose the evidence chains and write them "
+        "to audit/chains.json")] = False,
+    judge: Annotated[str | None, typer.Option(
+        "--judge", metavar="CHAIN", help="record a judgement of this chain")] = None,
+    category: Annotated[str | None, typer.Option(
+        help="with --judge: helped, no_defect_present, no_applicable_rule, tool_not_used, "
+        "diagnostic_ignored or diagnostic_misleading")] = None,
+    auditor: Annotated[str | None, typer.Option(help="with --judge: who judges")] = None,
+    note: Annotated[str, typer.Option(help="with --judge: why, in a few words")] = "",
+    show: Annotated[bool, typer.Option(
+        "--show", help="the judgements recorded, their chain verified")] = False,
+    runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
+) -> None:
+    """Evidence chains: observation -> the agent's messages and edits -> snapshot grades before
+    and after, and auditors' judgements of them (append-only, bound to the transcript)."""
+    from rich.text import Text
+
+    from grading.hashing import file_sha256
+    from harness import evidence
+    from harness.records import resolve_attempt
+
+    if [propose, judge is not None, show].count(True) != 1:
+        raise HarnessError("say what to do: one of --propose, --judge CHAIN or --show",
+                           "see `harness audit --help`")
+    attempt = resolve_attempt(session_ref, runs)
+    if propose:
+        proposal = evidence.propose(attempt)
+        table = Table(title=f"evidence chains of {proposal.session_id} attempt "
+                            f"{proposal.attempt} ({proposal.arm})", show_lines=True)
+        columns = ("chain", "observation", "response", "next run", "before", "after",
+                   "improved", "regressed")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for chain in proposal.chains:
+            cells = evidence.describe(chain)
+            # Transcript text: a Text is never read as markup, and inert() shows escapes.
+            table.add_row(*(Text(evidence.inert(cells[c])) for c in columns))
+        if proposal.chains:
+            console.print(table)
+        else:
+            _log("no chain: no diagnostic report and no failed run of the agent's own")
+        graded = ("snapshot grades " + proposal.snapshot_grades_sha256[:16]
+                  if proposal.snapshot_grades_sha256 else
+                  "snapshots not graded (harness grade ATTEMPT --snapshots)")
+        _log(f"{len(proposal.chains)} chain(s), bound to transcript sha256 "
+             f"{proposal.transcript_sha256[:16]}... ({graded}); wrote "
+             f"{attempt / evidence.CHAINS_NAME}")
+        return
+    if judge is not None:
+        if category is None or auditor is None:
+            raise HarnessError("--judge needs --category and --auditor",
+                               f"categories: {', '.join(evidence.CATEGORIES)}")
+        evidence.judge(attempt, judge, category, auditor, note)
+        _log(evidence.inert(f"recorded: chain {judge} {category} by {auditor} in "
+                            f"{attempt / evidence.JUDGEMENTS_NAME}"))
+        return
+    recorded = evidence.read_judgements(attempt)
+    current = evidence.transcript_sha256(attempt)
+    chains_path = attempt / evidence.CHAINS_NAME
+    proposal_now = file_sha256(chains_path) if chains_path.is_file() else None
+    table = Table(title=f"judgements of {attempt} (chain verified)")
+    for column in ("#", "at", "chain", "category", "auditor", "note", "transcript",
+                   "proposal"):
+        table.add_column(column, overflow="fold")
+    for entry in recorded:
+        j = entry.judgement
+        table.add_row(*(Text(evidence.inert(cell)) for cell in (
+            str(entry.seq), j.at, j.chain, j.category, j.auditor, j.note or "-",
+            "this one" if j.transcript_sha256 == current else "ANOTHER",
+            "current" if j.chains_sha256 == proposal_now else "an earlier one")))
+    console.print(table)
+    _log(f"{len(recorded)} judgement(s); transcript sha256 {current[:16]}...")
+    if any(e.judgement.transcript_sha256 != current for e in recorded):
+        err_console.print("error: some judgements were made on another transcript than the one "
+                          "in this folder now (fix: find out why it changed)", markup=False,
+                          highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+@app.command()
+@clear_errors
 def cleanup(
     runs: Annotated[Path, typer.Option(help="runs folder")] = DEFAULT_RUNS,
     all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]

@@ -27,6 +27,8 @@ from harness.sandbox import StopReport
 RECORD_NAME = "session.json"
 MANIFEST_NAME = "manifest.json"
 TRANSCRIPT_NAME = "transcript.jsonl"
+# Auditors' records (harness/evidence.py), added after the session with their own hash chain.
+AUDIT_DIR = "audit"
 
 
 class DiffSummary(BaseModel):
@@ -192,10 +194,15 @@ def resolve_attempt(ref: str, runs_root: Path) -> Path:
 
 
 def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]:
-    """SHA-256 of every file under ``folder`` but the manifest (symlinks by their target)."""
+    """SHA-256 of every file under ``folder`` but the manifest (symlinks by their target) and
+    the auditors' ``audit/`` folder."""
     files: dict[str, str] = {}
     # os.walk does not follow symlinked folders; the agent's tree may hold links to anywhere.
     for dirpath, dirnames, filenames in os.walk(folder):
+        if Path(dirpath) == folder and AUDIT_DIR in dirnames:
+            # Never listed: a grading that rewrites the manifest after an audit began would
+            # otherwise freeze the audit file that every later judgement appends to.
+            dirnames.remove(AUDIT_DIR)
         for entry in sorted(filenames + [d for d in dirnames if Path(dirpath, d).is_symlink()]):
             path = Path(dirpath, entry)
             rel = path.relative_to(folder).as_posix()
@@ -230,6 +237,8 @@ def manifest_problem(folder: Path) -> str | None:
 
     Files under ``grades/`` that the manifest does not list are allowed: a grading killed
     before it rewrote the manifest leaves its own (partial) numbered folder, nothing else.
+    ``audit/`` (evidence chains and judgements, made after the session) is never compared:
+    ``manifest_files`` leaves it out, and it is verified by its own hash chain instead.
     """
     path = folder / MANIFEST_NAME
     if not path.is_file():

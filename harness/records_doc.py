@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from grading.models import GradeReport
-from harness import events, outcomes, records
+from harness import events, evidence, outcomes, records
 from harness.budget import Usage
 from harness.grade import SnapshotGrade, SnapshotGrades
 from harness.paths import REPO_ROOT
@@ -45,6 +45,11 @@ ATTEMPT_FILES = [
     ("grades/snapshots.json", "`harness grade --snapshots`: each snapshot's verdict and "
      "per-contract outcomes (below), graded blind in `grades/snapshots/grade-N/` folders "
      "numbered in a random order."),
+    (evidence.CHAINS_NAME, "`harness audit --propose`: the candidate evidence chains (below), "
+     "bound to the transcript's sha256; never listed in the manifest."),
+    (evidence.JUDGEMENTS_NAME, "`harness audit --judge`: auditors' judgements, one `judgement` "
+     "event each (below), append-only and hash-chained like the transcript; never listed in "
+     "the manifest."),
 ]
 
 
@@ -122,6 +127,25 @@ def render() -> str:
         "Each entry of `snapshots`:",
         "",
         *_fields(SnapshotGrade),
+        "",
+        f"## `{evidence.CHAINS_NAME}` (schema version {evidence.CHAINS_SCHEMA_VERSION})",
+        "",
+        _first_line(evidence.ChainProposal),
+        "",
+        *_fields(evidence.ChainProposal),
+        "",
+        *[line for model in (evidence.Chain, evidence.Observation, evidence.Violation,
+                             evidence.Message, evidence.Edit, evidence.OtherCall,
+                             evidence.NextRun, evidence.SnapshotState)
+          for line in (f"`{model.__name__}`: {_first_line(model)}", "", *_fields(model), "")],
+        f"## `{evidence.JUDGEMENTS_NAME}`",
+        "",
+        "Each line is an event as in the transcript (`seq`, `ts`, `kind`, `data`, `prev_hash`, "
+        f"`hash`), of kind `{evidence.JUDGEMENT_KIND}`; its `data`:",
+        "",
+        *_fields(evidence.Judgement),
+        "",
+        "`category` is one of: " + ", ".join(f"`{c}`" for c in evidence.CATEGORIES) + ".",
         "",
         "## Transcript events",
         "",
