@@ -195,10 +195,11 @@ def learned(loss: float, margin: float) -> bool:
 
 
 # The trainer's optimisation as the pristine baseline defines it and the task keeps it:
-# train.py's defaults (--lr 3e-3, --weight-decay 0.01, --warmup-steps 10), AdamW with torch's
+# train.py's defaults (--lr 3e-3, --weight-decay 0.01, --warmup-steps 10), torch's AdamW with its
 # default betas and eps, trainer.make_scheduler (linear warmup, then linear decay to 10% of lr at
 # the last step), loss = cross-entropy + aux, one optimizer step per global batch.
 TRAIN_LR, TRAIN_WEIGHT_DECAY, TRAIN_WARMUP = 3e-3, 0.01, 10
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
 
 
 def _lr_factor(step: int, total: int) -> float:
@@ -211,20 +212,31 @@ def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: 
                     steps: int) -> dict[str, torch.Tensor]:
     """The judge's own one-process training from ``start`` (fp64, no dropout): ``steps`` AdamW
     steps of the reference forward on consecutive global batches of ``batches``
-    ([steps * B, T + 1]). The parameters it ends with, as plain fp64 tensors."""
-    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in start.items()}
-    optimizer = torch.optim.AdamW(list(leaves.values()), lr=TRAIN_LR,
-                                  weight_decay=TRAIN_WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                  lambda step: _lr_factor(step, steps))
-    for batch in batches.chunk(steps):
+    ([steps * B, T + 1]). The parameters it ends with, as plain fp64 tensors.
+
+    AdamW is written out (torch's single-tensor update) rather than taken from ``torch.optim``:
+    constructing a torch optimizer imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR in
+    this process's environment to a folder under the judge's closed temporary folder, and every
+    candidate process started afterwards inherits it and dies on its first optimizer."""
+    params = {k: v.detach().clone() for k, v in start.items()}
+    exp_avg = {k: torch.zeros_like(v) for k, v in params.items()}
+    exp_avg_sq = {k: torch.zeros_like(v) for k, v in params.items()}
+    beta1, beta2 = ADAM_BETAS
+    for step, batch in enumerate(batches.chunk(steps)):
+        leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         ref = R.forward(leaves, batch[:, :-1], cfg)
-        loss = R.cross_entropy(ref.logits, batch[:, 1:]) + ref.aux
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        scheduler.step()
-    return {k: v.detach() for k, v in leaves.items()}
+        (R.cross_entropy(ref.logits, batch[:, 1:]) + ref.aux).backward()
+        lr = TRAIN_LR * _lr_factor(step, steps)
+        n = step + 1
+        for key, leaf in leaves.items():
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            p = params[key]
+            p.mul_(1 - lr * TRAIN_WEIGHT_DECAY)
+            exp_avg[key].lerp_(grad, 1 - beta1)
+            exp_avg_sq[key].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (exp_avg_sq[key].sqrt() / math.sqrt(1 - beta2 ** n)).add_(ADAM_EPS)
+            p.addcdiv_(exp_avg[key], denom, value=-lr / (1 - beta1 ** n))
+    return params
 
 
 def update_error(start: dict[str, torch.Tensor] | None, end: dict[str, torch.Tensor] | None,
