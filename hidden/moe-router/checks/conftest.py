@@ -16,6 +16,11 @@ once and shared by the checks that read it; a run that did not finish cleanly ma
 that needs it fail with the launcher's verdict and the culprit's log tail, never pass. The
 2-rank balance probe (``probes/probe_balance.py``) runs the same way, with its inputs in a
 tensor file; its expected values stay here (``probe_balance_spec.py``).
+
+Every job folder is closed to the candidate once its job ends (``grading.sealed.end_job``): a
+later run that must read an earlier one's output (the resumed launch's checkpoint, the export
+that ``load_export`` reloads) is handed a copy in a job folder of its own (``sealed.give``),
+never the earlier run's path.
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import moe_reference as R
+import probe_balance_spec as P
 import pytest
 import torch
+from oracle_util import schema_params
 
-import probe_balance_spec as P
 from grading import probe, sealed
+from grading.compare import as_float
 from grading.launch import launch
 from grading.run import run_command
 
@@ -107,6 +115,35 @@ class Run:
         self.require()
         return json.loads((self.out / "summary.json").read_text())
 
+    def reported_heldout(self) -> float:
+        """What the run's summary.json says its held-out loss is (NaN when it says nothing
+        usable): evidence only, the judge measures the weights itself."""
+        try:
+            summary = self.summary()
+        except (OSError, ValueError):
+            return float("nan")
+        return as_float(summary.get("heldout_loss")) if isinstance(summary, dict) \
+            else float("nan")
+
+    def weights(self, cfg: R.Cfg) -> tuple[dict[str, torch.Tensor] | None, str]:
+        """The run's final model weights keyed by the export schema, as plain fp64 tensors:
+        ``final_state.pt``'s model when its keys are the schema's, else the run's export (a
+        model that names its modules otherwise still exports the schema); None and why when
+        neither holds them."""
+        state = self.final_state()
+        params, why = schema_params(state.get("model") if isinstance(state, dict) else None, cfg)
+        if params is not None:
+            return params, "final_state.pt"
+        export = self.out / "model.pt"
+        if export.is_file():
+            blob = torch.load(export, map_location="cpu", weights_only=True)
+            sd = blob.get("state_dict") if isinstance(blob, dict) else None
+            params, why_export = schema_params(sd, cfg)
+            if params is not None:
+                return params, "the export (final_state.pt: " + why + ")"
+            why += f"; export: {why_export}"
+        return None, why
+
     def evidence(self) -> str:
         return f"{self.name}: {self.config}, {self.outcome}, {self.duration_s:.1f} s"
 
@@ -175,7 +212,8 @@ RESUME_STEPS, RESUME_AT = 20, 10
 STARVE_STEPS = 4
 STARVE_FLAGS = ["--moe-experts", "16", "--moe-top-k", "1", "--moe-capacity-factor", "16",
                 "--moe-aux-weight", "0", "--ffn-hidden", "32", "--global-batch", "2",
-                "--dtype", "fp64", "--seed", "0", "--steps", str(STARVE_STEPS)]
+                "--dtype", "fp64", "--seed", "0"]
+STARVE_CFG = R.Cfg(experts=16, top_k=1, capacity_factor=16.0, aux_weight=0.0, ffn_hidden=32)
 
 
 @pytest.fixture(scope="session")
@@ -189,59 +227,89 @@ def _eq_args() -> list[str]:
             *MOE_FLAGS]
 
 
+def _with_export(name: str, config: str, args: list[str], logs: Path, **kw: Any) -> Run:
+    """A run that also exports its final model (``OUT/model.pt``, in its own job folder)."""
+    out = sealed.job_dir(name)
+    return train(name, config, [*args, "--export", str(out / "model.pt")], logs, out=out, **kw)
+
+
 @pytest.fixture(scope="session")
 def cpu1_fp64(runs_dir: Path) -> Run:
-    return train("cpu1-fp64", "cpu-1", _eq_args(), runs_dir)
+    return _with_export("cpu1-fp64", "cpu-1", _eq_args(), runs_dir)
 
 
 @pytest.fixture(scope="session")
 def ddp_fp64(runs_dir: Path) -> Run:
-    out = sealed.job_dir("ddp-fp64")
-    return train("ddp-fp64", "gloo-ddp-2", [*_eq_args(), "--export", str(out / "model.pt")],
-                 runs_dir, out=out)
+    return _with_export("ddp-fp64", "gloo-ddp-2", _eq_args(), runs_dir)
 
 
 @pytest.fixture(scope="session")
 def fsdp_fp64(runs_dir: Path) -> Run:
-    return train("fsdp-fp64", "gloo-fsdp-2", _eq_args(), runs_dir)
+    return _with_export("fsdp-fp64", "gloo-fsdp-2", _eq_args(), runs_dir)
 
 
-def _resume_args(ckpt: Path) -> list[str]:
+def _resume_args(steps: int, out: Path) -> list[str]:
     # Dropout makes the per-rank RNG streams matter: a rank resumed with the wrong generator
     # draws different masks and the run diverges.
-    return ["--steps", str(RESUME_STEPS), "--seed", "0", "--global-batch", "16", "--dtype",
-            "fp32", "--dropout", "0.1", *MOE_FLAGS, "--ckpt", str(ckpt),
-            "--save-every", str(RESUME_AT)]
+    return ["--steps", str(steps), "--seed", "0", "--global-batch", "16", "--dtype", "fp32",
+            "--dropout", "0.1", *MOE_FLAGS, "--ckpt", str(out / "ckpt"),
+            "--save-every", str(RESUME_AT), "--export", str(out / "model.pt")]
+
+
+@dataclass
+class ResumeRuns:
+    full: Run  # the uninterrupted launch, RESUME_STEPS steps
+    first: Run | None  # a launch that stops at RESUME_AT and writes the checkpoint
+    resumed: Run | None  # a fresh launch resumed from a copy of that checkpoint
 
 
 @pytest.fixture(scope="session")
-def resume_pair(runs_dir: Path) -> tuple[Run, Run | None]:
+def resume_runs(runs_dir: Path) -> ResumeRuns:
+    """The uninterrupted run, and a run resumed from a checkpoint that a *separate* launch
+    (the same command with ``--steps RESUME_AT``) wrote: that launch never computed the steps
+    after RESUME_AT, so the resumed launch cannot end right by copying anything it was handed.
+    With the default warmup of 10 steps (= RESUME_AT) the schedule of steps 0..RESUME_AT does not
+    depend on the total, so that checkpoint is the uninterrupted run's own at RESUME_AT."""
     full_out = sealed.job_dir("ddp-full")
-    full = train("ddp-full", "gloo-ddp-2", _resume_args(full_out / "ckpt"), runs_dir,
+    full = train("ddp-full", "gloo-ddp-2", _resume_args(RESUME_STEPS, full_out), runs_dir,
                  out=full_out)
-    # Sealed by now: the resumed run reads the checkpoint and cannot change it.
-    ckpt = full_out / "ckpt" / f"step_{RESUME_AT}"
-    if full.outcome != "ok" or not ckpt.exists():
-        return full, None
+    if full.outcome != "ok":
+        return ResumeRuns(full, None, None)
+    first_out = sealed.job_dir("ddp-first")
+    first = train("ddp-first", "gloo-ddp-2", _resume_args(RESUME_AT, first_out), runs_dir,
+                  out=first_out)
+    ckpt = first_out / "ckpt" / f"step_{RESUME_AT}"
+    if first.outcome != "ok" or not ckpt.is_dir():
+        return ResumeRuns(full, first, None)
+    # The first launch's folder is closed now: the resumed launch gets a copy of the checkpoint
+    # in a job folder of its own, and nothing else of that launch.
+    given = sealed.give(ckpt, "ddp-resume-ckpt")
     resumed_out = sealed.job_dir("ddp-resumed")
     resumed = train("ddp-resumed", "gloo-ddp-2",
-                    [*_resume_args(resumed_out / "ckpt"), "--resume", str(ckpt)], runs_dir,
-                    out=resumed_out)
-    return full, resumed
+                    [*_resume_args(RESUME_STEPS, resumed_out), "--resume", str(given)],
+                    runs_dir, out=resumed_out)
+    return ResumeRuns(full, first, resumed)
 
 
 @pytest.fixture(scope="session")
-def starvation_pair(runs_dir: Path) -> tuple[Run, Run]:
-    one = train("starve-cpu1", "cpu-1", STARVE_FLAGS, runs_dir)
-    ddp = train("starve-ddp", "gloo-ddp-2", STARVE_FLAGS, runs_dir)
-    return one, ddp
+def starvation_runs(runs_dir: Path) -> tuple[Run, Run, Run | None]:
+    """cpu-1 and gloo-ddp-2 for STARVE_STEPS steps, and (when cpu-1 finished) the trainer's
+    initial model: the same cpu-1 command with ``--steps 0``."""
+    one = _with_export("starve-cpu1", "cpu-1", [*STARVE_FLAGS, "--steps", str(STARVE_STEPS)],
+                       runs_dir)
+    ddp = train("starve-ddp", "gloo-ddp-2", [*STARVE_FLAGS, "--steps", str(STARVE_STEPS)],
+                runs_dir)
+    if one.outcome != "ok":
+        return one, ddp, None
+    init = _with_export("starve-init", "cpu-1", [*STARVE_FLAGS, "--steps", "0"], runs_dir)
+    return one, ddp, init
 
 
 @pytest.fixture(scope="session")
 def quality_run(runs_dir: Path) -> Run:
-    return train("quality-cpu1", "cpu-1",
-                 ["--steps", "200", "--seed", "0", "--global-batch", "16", *MOE_FLAGS],
-                 runs_dir, timeout_s=QUALITY_RUN_TIMEOUT_S)
+    return _with_export("quality-cpu1", "cpu-1",
+                        ["--steps", "200", "--seed", "0", "--global-batch", "16", *MOE_FLAGS],
+                        runs_dir, timeout_s=QUALITY_RUN_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")

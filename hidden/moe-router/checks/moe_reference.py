@@ -142,7 +142,7 @@ def moe_layer(x: torch.Tensor, params: dict[str, torch.Tensor], prefix: str, cfg
               global_counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor,
                                                                    LayerStats]:
     """(output, balance loss, stats); ``global_counts`` replaces the local f_e counts."""
-    b, t, d = x.shape
+    b, t, _ = x.shape
     e_n, k = cfg.experts, cfg.top_k
     logits = x @ params[prefix + "router.weight"].T
     probs = torch.softmax(logits.to(torch.float64), dim=-1)

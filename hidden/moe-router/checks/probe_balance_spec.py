@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 import moe_reference as R
+import torch
 
 # The task's MoE settings (E 4, top-2, capacity factor 1.25, aux weight 0.01) in a ONE-layer
 # model: the router input then depends only on embeddings and attention, so the aux loss tests

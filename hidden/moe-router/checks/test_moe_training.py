@@ -6,37 +6,70 @@ Never copy this file (or anything under hidden/) into an agent's image, workspac
 The runs are the session fixtures of conftest.py (each launched once, as the candidate uid,
 into a job folder sealed before it is read); this process never imports candidate code. The
 checks read the runs' outputs as data (``weights_only`` tensors, JSON), and call the
-candidate's API (export schema, ``load_export``, the trainer's initial model) through
-``probes/moe_probe.py`` in a sealed process (``grading.probe``). Expected values are computed
-here. Tolerances are the declared ones of QUALIFICATION.md (measured on the reference solution
-and the dense baseline): (a) cpu-1 vs gloo-ddp-2 in fp64 1e-10, (b) resume bitwise,
-(c) gloo-fsdp-2 vs gloo-ddp-2 bitwise, (d) held-out loss within 0.07 above the reference's.
+candidate's API (export schema, ``load_export``) through ``probes/moe_probe.py`` in a sealed
+process (``grading.probe``); a run or probe that reads an earlier run's output (the resumed
+launch's checkpoint, the export) is handed a copy (``grading.sealed.give``), the earlier run's
+own folder being closed. Expected values are computed here; every comparison is NaN-safe
+(``grading.compare``). Tolerances are the declared ones of QUALIFICATION.md (measured on the
+reference solution and the dense baseline): (a) cpu-1 vs gloo-ddp-2 in fp64 1e-10, (b) resume
+bitwise, (c) gloo-fsdp-2 vs gloo-ddp-2 bitwise, (d) held-out loss within 0.07 above the
+reference's.
+
+No contract rests only on what a run says about itself or on two runs agreeing (a run that
+writes the same file under every configuration agrees with itself): each is anchored to the
+judge's own measurement of the weights a run left, with ``moe_reference.py`` on the pristine
+baseline's data (``oracle_util``). The differential checks' anchor is that the run they compare
+trained (its held-out loss, measured by the judge, is well below a uniform predictor's; for the
+4-step starvation runs, the cpu-1 run's update agrees with the judge's own replay of those steps
+from the run's initial model); quality is the judge's held-out loss of the run's final weights,
+never summary.json's. These anchors do not judge the routing details (renormalised gates,
+capacity groups): that is the forward reference check's business, and a model with such a
+departure still trains.
 """
 
 # HARNESS-CANARY-8a0e5fe7-3b11-4c19-b138-53348751b84e
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import pytest
-import torch
-
 import moe_reference as R
 import probe_balance_spec as P
+import pytest
+import torch
 from conftest import (
     EQ_STEPS,
     RESUME_AT,
     RESUME_STEPS,
+    STARVE_CFG,
     STARVE_STEPS,
+    ResumeRuns,
     Run,
     baseline_dir,
     train,
 )
+from oracle_util import (
+    ALL_EXPERTS_ATOL,
+    UNIFORM_LOSS,
+    all_experts_case,
+    all_experts_error,
+    baseline_data,
+    compare_states,
+    heldout_loss,
+    learned,
+    reference_loss,
+    replay_training,
+    scalar_diff,
+    schema_params,
+    series,
+    tensor_diff,
+    training_batches,
+    update_error,
+)
+
 from grading import probe, sealed
-from oracle_util import compare_states
+from grading.compare import as_float, as_tensor, bitwise_equal, within, worst
 
 PROBE = "moe_probe"
 PROBE_TIMEOUT_S = 120.0
@@ -44,6 +77,19 @@ PROBE_TIMEOUT_S = 120.0
 DDP_VS_ONE_FP64_TOL = 1e-10
 REFERENCE_HELDOUT = 2.8218724727630615  # reference, cpu-1 fp32 seed 0, 200 steps
 QUALITY_BAND = 0.07
+# A trained run's held-out loss, measured by the judge, is at least this far below a uniform
+# predictor's ln(64) = 4.159. Measured (reference solution): the trainer's initial model 4.30;
+# after the 30 fp64 steps 3.643 (renormalised gates 3.653, capacity over the local batch 3.643);
+# after the 20 fp32 steps with dropout 3.840 (renormalised gates 3.844).
+LEARNED_MARGIN = 0.1
+# The 4-step starvation run is replayed by the judge (reference forward, the trainer's AdamW
+# and schedule) from the initial model the same command leaves with --steps 0; the run's update
+# (all parameters) must be within this fraction of the replayed one's norm. Measured: reference
+# solution 1e-14; renormalised gates 0.449 (with top-1 the renormalised gate is 1, so the router
+# gets no gradient and the experts' updates differ; that departure is the forward reference
+# check's to judge); a run that does not train 1; an initial model that is not the one the run
+# started from moves it further.
+STARVE_UPDATE_RTOL = 0.75
 
 
 def _record(record_property: Any, **props: Any) -> None:
@@ -51,70 +97,118 @@ def _record(record_property: Any, **props: Any) -> None:
         record_property(key, value)
 
 
+def _assert_trained(run: Run, record_property: Any, what: str) -> float:
+    """The judge's anchor for a run that trains for tens of steps: the held-out loss of its
+    final weights, measured with the reference implementation, shows it learned."""
+    params, source = run.weights(R.Cfg())
+    value = heldout_loss(params, R.Cfg())
+    record_property(f"judge_heldout_{run.name}", f"{value:.6g} (weights from {source}; its "
+                    f"summary.json says {run.reported_heldout():.6g})")
+    assert learned(value, LEARNED_MARGIN), (
+        f"{what}: the judge's held-out loss of the run's final weights is {value:.6g} "
+        f"({source}), not {LEARNED_MARGIN} below a uniform predictor's {UNIFORM_LOSS:.4f}: "
+        "the run did not train the model")
+    return value
+
+
 def test_ddp_matches_one_process_fp64(cpu1_fp64: Run, ddp_fp64: Run,
                                       record_property: Any) -> None:
-    """With MoE (E 4, top-2, F 1.25, W 0.01) in fp64, gloo-ddp-2 and cpu-1 at the same global batch (16) end with the same model and optimizer state after 30 steps (max abs diff <= 1e-10) and log the same per-step loss."""
+    """With MoE (E 4, top-2, F 1.25, W 0.01) in fp64, gloo-ddp-2 and cpu-1 at the same global batch
+    (16) end with the same model and optimizer state after 30 steps (max abs diff <= 1e-10) and log
+    the same per-step loss; the cpu-1 run trained (the judge's held-out loss of its final weights,
+    reference forward, is at least 0.1 below ln 64)."""
     _record(record_property, oracle="differential", configurations="cpu-1,gloo-ddp-2",
-            tolerance=f"{DDP_VS_ONE_FP64_TOL:g} max abs (model and optimizer, fp64)",
+            tolerance=f"{DDP_VS_ONE_FP64_TOL:g} max abs (model and optimizer, fp64); anchor: "
+                      f"judge's held-out loss <= ln 64 - {LEARNED_MARGIN:g}",
             why="QUALIFICATION (a): cpu-1 vs gloo-ddp-2 fp64 after 200 steps measured 1.25e-15 "
                 "(MoE) and 5.35e-15 (dense), never bitwise (reduction order); declared 100x the "
-                "worst, at least 1e-10; a per-rank balance statistic moves it by >= 1e-6",
+                "worst, at least 1e-10; a per-rank balance statistic moves it by >= 1e-6. "
+                "Anchor: the reference solution's cpu-1 run measures 3.643 after 30 steps, its "
+                "initial model 4.30",
             runs=f"{cpu1_fp64.evidence()}; {ddp_fp64.evidence()}")
     one, ddp = cpu1_fp64.final_state(), ddp_fp64.final_state()
     cmp = compare_states(one, ddp)
     m_one, m_ddp = cpu1_fp64.metrics(), ddp_fp64.metrics()
     # The logged loss is the fp64 cross-entropy; the logged aux loss is rounded to fp32 by the
     # trainer (reported, not graded).
-    worst_log = max((abs(a["loss"] - b["loss"]) for a, b in zip(m_one, m_ddp)), default=math.inf)
-    worst_aux = max((abs(a["aux_loss"] - b["aux_loss"]) for a, b in zip(m_one, m_ddp)),
-                    default=math.inf)
+    worst_log = tensor_diff(series(m_one, "loss"), series(m_ddp, "loss"))
+    worst_aux = tensor_diff(series(m_one, "aux_loss"), series(m_ddp, "aux_loss"))
     record_property("measured", f"model {cmp['model_max_abs_diff']:.3g}, optimizer "
                     f"{cmp['optim_max_abs_diff']:.3g}, logged loss {worst_log:.3g}, logged aux "
                     f"(fp32) {worst_aux:.3g}")
     assert len(m_one) == len(m_ddp) == EQ_STEPS, (len(m_one), len(m_ddp))
-    assert cmp["max_abs_diff"] <= DDP_VS_ONE_FP64_TOL, f"gloo-ddp-2 vs cpu-1: {cmp}"
-    assert worst_log <= DDP_VS_ONE_FP64_TOL, f"logged losses differ by {worst_log:g}"
+    assert within(cmp["max_abs_diff"], DDP_VS_ONE_FP64_TOL), f"gloo-ddp-2 vs cpu-1: {cmp}"
+    assert within(worst_log, DDP_VS_ONE_FP64_TOL), f"logged losses differ by {worst_log:g}"
+    _assert_trained(cpu1_fp64, record_property, "cpu-1")
 
 
 def test_fsdp_matches_ddp_bitwise(ddp_fp64: Run, fsdp_fp64: Run, record_property: Any) -> None:
-    """With MoE in fp64, gloo-fsdp-2's reconstructed full model and optimizer state after 30 steps is bit-for-bit gloo-ddp-2's."""
+    """With MoE in fp64, gloo-fsdp-2's reconstructed full model and optimizer state after 30 steps
+    is bit-for-bit gloo-ddp-2's, and it trained (the judge's held-out loss of its final weights,
+    reference forward, is at least 0.1 below ln 64)."""
     _record(record_property, oracle="differential", configurations="gloo-ddp-2,gloo-fsdp-2",
-            tolerance="bitwise",
+            tolerance=f"bitwise; anchor: judge's held-out loss <= ln 64 - {LEARNED_MARGIN:g}",
             why="QUALIFICATION (c): measured bitwise (0) in fp32 and fp64 for the dense baseline "
                 "and the MoE reference (no clipping: reduce-scatter and all-reduce average the "
-                "same two gradients)",
+                "same two gradients). Anchor: the reference solution measures 3.643 after 30 "
+                "steps, its initial model 4.30",
             runs=f"{ddp_fp64.evidence()}; {fsdp_fp64.evidence()}")
     cmp = compare_states(ddp_fp64.final_state(), fsdp_fp64.final_state())
     record_property("measured", f"bitwise {cmp['bitwise_equal']}, max abs "
                     f"{cmp['max_abs_diff']:.3g}")
-    assert cmp["bitwise_equal"], f"gloo-fsdp-2 vs gloo-ddp-2: {cmp}"
+    assert cmp["bitwise_equal"] is True, f"gloo-fsdp-2 vs gloo-ddp-2: {cmp}"
+    _assert_trained(fsdp_fp64, record_property, "gloo-fsdp-2")
 
 
-def test_resume_ddp_bitwise(resume_pair: tuple[Run, Run | None], record_property: Any) -> None:
-    """With MoE and dropout 0.1 under gloo-ddp-2 (fp32), a fresh launch resumed from the step-10 checkpoint ends at step 20 bit-for-bit like the uninterrupted run (model, optimizer, scheduler lr, per-rank RNG via the dropout masks, logged losses)."""
-    full, resumed = resume_pair
+def _logged_steps(run: Run) -> dict[Any, dict[str, Any]]:
+    return {m.get("step"): m for m in run.metrics() if isinstance(m, dict)}
+
+
+def test_resume_ddp_bitwise(resume_runs: ResumeRuns, record_property: Any) -> None:
+    """With MoE and dropout 0.1 under gloo-ddp-2 (fp32), a fresh launch resumed from the step-10
+    checkpoint ends at step 20 bit-for-bit like the uninterrupted run (model, optimizer, scheduler
+    lr, per-rank RNG via the dropout masks, logged losses). The checkpoint comes from a separate
+    launch that stops at step 10 (so the resumed launch cannot copy the end state), the resumed
+    launch logs steps 10-19 only, and the uninterrupted run trained (the judge's held-out loss of
+    its final weights, reference forward, is at least 0.1 below ln 64)."""
+    full, first, resumed = resume_runs.full, resume_runs.first, resume_runs.resumed
     _record(record_property, oracle="differential", configurations="gloo-ddp-2",
-            tolerance="bitwise",
+            tolerance=f"bitwise; anchor: judge's held-out loss <= ln 64 - {LEARNED_MARGIN:g}",
             why="QUALIFICATION (b): resume vs uninterrupted measured bitwise on every "
                 "configuration, fp32 and fp64 (same launch shape and ops, restored RNG, "
-                "scheduler and data position)",
-            runs=f"{full.evidence()}; {resumed.evidence() if resumed else 'resume not run'}")
+                "scheduler and data position). The checkpoint's launch runs the same command "
+                f"with --steps {RESUME_AT}: during the {RESUME_AT}-step warmup the schedule does "
+                "not depend on the total, so its checkpoint is the uninterrupted run's at step "
+                f"{RESUME_AT}. Anchor: the reference solution measures 3.840 after 20 steps, its "
+                "initial model 4.30",
+            runs="; ".join(r.evidence() if r else "not run" for r in (full, first, resumed)))
     full.require()
+    if first is None:
+        pytest.fail("the checkpoint's launch did not run", pytrace=False)
+    first.require()
     if resumed is None:
-        pytest.fail(f"the uninterrupted run left no checkpoint step_{RESUME_AT}", pytrace=False)
+        pytest.fail(f"the launch that stops at step {RESUME_AT} left no checkpoint "
+                    f"step_{RESUME_AT}", pytrace=False)
     resumed.require()
     cmp = compare_states(full.final_state(), resumed.final_state())
-    m_full = {m["step"]: m for m in full.metrics()}
-    m_res = {m["step"]: m for m in resumed.metrics()}
-    later = [s for s in range(RESUME_AT, RESUME_STEPS)]
-    log_same = all(s in m_res and all(m_res[s][k] == m_full[s][k] for k in
-                                      ("loss", "aux_loss", "lr")) for s in later)
+    m_full, m_res = _logged_steps(full), _logged_steps(resumed)
+    later = list(range(RESUME_AT, RESUME_STEPS))
+    # Bit-for-bit: the same fp64 values, NaN never equal (a missing step or field fails too).
+    log_same = all(bitwise_equal(series([m_res.get(s) for s in later], key),
+                                 series([m_full.get(s) for s in later], key))
+                   for key in ("loss", "aux_loss", "lr"))
+    resumed_steps = sorted(s for s in m_res if isinstance(s, int))
     record_property("measured", f"bitwise {cmp['bitwise_equal']}, model "
                     f"{cmp['model_max_abs_diff']:.3g}, optimizer {cmp['optim_max_abs_diff']:.3g},"
-                    f" logged steps {RESUME_AT}-{RESUME_STEPS - 1} equal {log_same}")
-    assert cmp["bitwise_equal"], f"resumed vs uninterrupted: {cmp}"
+                    f" logged steps {RESUME_AT}-{RESUME_STEPS - 1} equal {log_same}, resumed "
+                    f"launch logged {len(resumed_steps)} steps")
+    assert cmp["bitwise_equal"] is True, f"resumed vs uninterrupted: {cmp}"
     assert log_same, "the resumed run logged other losses or learning rates for steps " \
         f"{RESUME_AT}..{RESUME_STEPS - 1}"
+    assert resumed_steps == later and len(m_res) == len(later), \
+        f"the resumed launch logged steps {resumed_steps[:4]}...: it must train steps " \
+        f"{RESUME_AT}..{RESUME_STEPS - 1} only, from the checkpoint"
+    _assert_trained(full, record_property, "the uninterrupted run")
 
 
 def _exception_repr(exc: Exception) -> str:
@@ -125,41 +219,47 @@ def _exception_repr(exc: Exception) -> str:
     return repr(exc)
 
 
-def _idle_expert_slots() -> str:
-    """Evidence: (rank, layer, expert) slots with no token at step 0 under the trainer's init."""
-    cfg = R.Cfg(experts=16, top_k=1, capacity_factor=16.0, aux_weight=0.0, ffn_hidden=32)
-    seen = probe.call(PROBE, "trainer_init", timeout_s=PROBE_TIMEOUT_S,
-                      model_config=cfg.model_config_kwargs(), vocab=64, seq_len=32,
-                      global_batch=2, seed=0, world=2)
-    if "error" in seen:
-        return f"could not compute: {seen['error']}"
-    params = seen["params"]
-    if set(params) != set(R.schema(cfg)):
-        return "unknown (state dict keys differ from the export schema)"
-    if "slices_error" in seen:
-        return f"could not compute: {seen['slices_error']}"
+def _idle_expert_slots(init: Run | None) -> str:
+    """Evidence: (rank, layer, expert) slots with no token at step 0 under the trainer's initial
+    model (the ``--steps 0`` run) and the first global batch (the baseline's data stream)."""
+    if init is None or init.outcome != "ok":
+        return "could not compute: the trainer's initial model is not available " + \
+            (f"({init.outcome}: {init.detail})" if init else "(the cpu-1 run failed)")
+    params, why = init.weights(STARVE_CFG)
+    if params is None:
+        return f"unknown (initial model: {why})"
+    data = baseline_data()
+    batch = training_batches(2, 0, 1)
     idle = []
     with torch.no_grad():
         for rank in range(2):
-            ref = R.forward(params, seen["slices"][rank][:, :-1], cfg)
+            ref = R.forward(params, data.local_slice(batch, rank, 2)[:, :-1], STARVE_CFG)
             idle.append([int((s.counts == 0).sum()) for s in ref.layers])
     return f"idle experts per rank and layer at step 0: {idle} (total {sum(map(sum, idle))})"
 
 
-def test_starved_expert_stays_synchronised(starvation_pair: tuple[Run, Run],
+def test_starved_expert_stays_synchronised(starvation_runs: tuple[Run, Run, Run | None],
                                            record_property: Any) -> None:
-    """With 16 experts, top-1, one sequence per rank (so experts get no token on a rank) and aux weight 0, gloo-ddp-2 runs 4 steps and ends with the cpu-1 model and optimizer state (fp64, 1e-10): every expert takes part in gradient synchronisation."""
-    one, ddp = starvation_pair
+    """With 16 experts, top-1, one sequence per rank (so experts get no token on a rank) and aux
+    weight 0, gloo-ddp-2 runs 4 steps and ends with the cpu-1 model and optimizer state (fp64,
+    1e-10): every expert takes part in gradient synchronisation. The cpu-1 run trained: its update
+    from the trainer's initial model (the same command with --steps 0) is within 0.75 (relative
+    norm) of the judge's own replay of those 4 steps (reference forward, the trainer's AdamW and
+    schedule, the baseline's data)."""
+    one, ddp, init = starvation_runs
     _record(record_property, oracle="differential", configurations="cpu-1,gloo-ddp-2",
-            tolerance=f"{DDP_VS_ONE_FP64_TOL:g} max abs (fp64)",
+            tolerance=f"{DDP_VS_ONE_FP64_TOL:g} max abs (fp64); anchor: update within "
+                      f"{STARVE_UPDATE_RTOL:g} (relative norm) of the judge's replay",
             why="QUALIFICATION starvation probe (8 experts, top-1, 1 sequence per rank): "
                 "gloo-ddp-2 vs cpu-1 3.77e-15 with an idle expert; same rule as (a). Capacity "
                 "factor 16 drops nothing and aux weight 0 removes the balance statistics, so "
-                "only expert synchronisation is tested",
-            runs=f"{one.evidence()}; {ddp.evidence()}")
+                "only expert synchronisation is tested. Anchor: the judge's replay reproduces the "
+                "reference solution's update to 1e-14 (relative); renormalised gates 0.449, no "
+                "training 1",
+            runs="; ".join(r.evidence() for r in (one, ddp, init) if r is not None))
     try:
-        record_property("starvation", _idle_expert_slots())
-    except Exception as exc:  # noqa: BLE001 - evidence only (a crashed probe included)
+        record_property("starvation", _idle_expert_slots(init))
+    except Exception as exc:  # evidence only
         record_property("starvation", f"could not compute: {_exception_repr(exc)}")
     one.require()
     ddp.require()
@@ -167,11 +267,37 @@ def test_starved_expert_stays_synchronised(starvation_pair: tuple[Run, Run],
     record_property("measured", f"model {cmp['model_max_abs_diff']:.3g}, optimizer "
                     f"{cmp['optim_max_abs_diff']:.3g}")
     assert len(ddp.metrics()) == STARVE_STEPS
-    assert cmp["max_abs_diff"] <= DDP_VS_ONE_FP64_TOL, f"gloo-ddp-2 vs cpu-1: {cmp}"
+    assert within(cmp["max_abs_diff"], DDP_VS_ONE_FP64_TOL), f"gloo-ddp-2 vs cpu-1: {cmp}"
+    # The anchor: the runs compared above trained the MoE, as the judge's own replay of the
+    # cpu-1 run's 4 steps from its initial weights does. The initial weights come from the
+    # candidate, but the replay fixes what 4 steps from them must give, so no choice of them lets
+    # a run that did not train pass.
+    assert init is not None
+    init.require()
+    start, why_start = init.weights(STARVE_CFG)
+    end, why_end = one.weights(STARVE_CFG)
+    assert start is not None, f"the trainer's initial model is not readable: {why_start}"
+    batches = training_batches(2, 0, STARVE_STEPS)
+    replayed = replay_training(start, batches, STARVE_CFG, STARVE_STEPS)
+    err = update_error(start, end, replayed)
+    before = reference_loss(start, batches, STARVE_CFG)
+    after = reference_loss(end, batches, STARVE_CFG)
+    record_property("judge_replay", f"update error {err:.3g} (relative); training-batch loss "
+                    f"{before:.6g} -> {after:.6g}, replay "
+                    f"{reference_loss(replayed, batches, STARVE_CFG):.6g} (initial model: "
+                    f"{why_start}; final: {why_end})")
+    assert within(err, STARVE_UPDATE_RTOL), (
+        f"the cpu-1 run's update differs from the judge's replay of its {STARVE_STEPS} steps by "
+        f"{err:.3g} of the replayed update's norm: it did not train the MoE from the initial "
+        f"model its command starts from (the judge's loss on the training batches went "
+        f"{before:.6g} -> {after:.6g})")
 
 
 def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> None:
-    """Under gloo-ddp-2 in training (one-layer MoE model, fp64, fixed weights), each rank's aux loss is W * E * sum_e f_e * P_e with f_e from the all-reduced (global) assignment counts and P_e over the rank's own tokens; in eval mode, run on rank 0 alone, it runs no collective and uses local counts (rel 1e-6)."""
+    """Under gloo-ddp-2 in training (one-layer MoE model, fp64, fixed weights), each rank's aux loss
+    is W * E * sum_e f_e * P_e with f_e from the all-reduced (global) assignment counts and P_e over
+    the rank's own tokens; in eval mode, run on rank 0 alone, it runs no collective and uses local
+    counts (rel 1e-6)."""
     _record(record_property, oracle="reference", configurations="gloo-ddp-2",
             tolerance=f"relative {P.AUX_RTOL:g} per rank",
             why="fp64 with fixed parameters: the reference solution measured 1.6e-16 relative, "
@@ -180,21 +306,26 @@ def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> 
                 "capacity cannot move the router input")
     balance_probe.require()
     ranks = [P.read_rank(balance_probe.out, r) for r in range(2)]
+    ranks = [r if isinstance(r, dict) else {} for r in ranks]
     expected = P.expected_aux()
     lines, bad = [], []
     for r, got in enumerate(ranks):
         want, local = expected["train_global"][r], expected["train_local"][r]
-        rel = abs(got["train_aux"] - want) / abs(want)
-        lines.append(f"rank {r}: train aux {got['train_aux']:.12g} vs {want:.12g} "
+        aux = as_float(got.get("train_aux"))
+        rel = abs(aux - want) / abs(want)
+        lines.append(f"rank {r}: train aux {aux:.12g} vs {want:.12g} "
                      f"(rel {rel:.3g}; per-rank statistics would give {local:.12g}, rel "
                      f"{abs(local - want) / abs(want):.3g})")
-        if rel > P.AUX_RTOL or got["train_aux_type"] != "Tensor" or got["train_aux_dim"] != 0:
-            bad.append(lines[-1] + f", type {got['train_aux_type']} dim {got['train_aux_dim']}")
+        if not (within(rel, P.AUX_RTOL) and got.get("train_aux_type") == "Tensor"
+                and type(got.get("train_aux_dim")) is int and got.get("train_aux_dim") == 0):
+            bad.append(lines[-1] + f", type {got.get('train_aux_type')} dim "
+                       f"{got.get('train_aux_dim')}")
     want_eval = expected["train_local"][0]
-    rel_eval = abs(ranks[0]["eval_aux"] - want_eval) / abs(want_eval)
-    lines.append(f"rank 0 eval aux {ranks[0]['eval_aux']:.12g} vs local {want_eval:.12g} "
+    eval_aux = as_float(ranks[0].get("eval_aux"))
+    rel_eval = abs(eval_aux - want_eval) / abs(want_eval)
+    lines.append(f"rank 0 eval aux {eval_aux:.12g} vs local {want_eval:.12g} "
                  f"(rel {rel_eval:.3g})")
-    if rel_eval > P.AUX_RTOL:
+    if not within(rel_eval, P.AUX_RTOL):
         bad.append(lines[-1])
     record_property("measured", " | ".join(lines))
     record_property("per_rank_alternative", " ".join(
@@ -203,19 +334,38 @@ def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> 
     assert not bad, " | ".join(bad)
 
 
+def _schema_pairs(value: Any) -> dict[str, Any]:
+    """export_schema as a probe returned it ([key, shape] pairs) as {key: shape tuple}."""
+    out: dict[str, Any] = {}
+    for pair in value if isinstance(value, list) else []:
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and \
+                isinstance(pair[1], list):
+            out[pair[0]] = tuple(pair[1])
+    return out
+
+
 def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
-    """--export from a gloo-ddp-2 MoE run holds exactly the documented keys (router.weight (E,d), experts.{e}.w1.weight (H,d), experts.{e}.w2.weight (d,H) per layer, no dense ffn.w1/w2), as plain contiguous float32 CPU tensors; export_schema(cfg) says the same and load_export rebuilds the MoE model (same outputs as TinyLM(cfg) with those weights, 1e-6)."""
+    """--export from a gloo-ddp-2 MoE run holds exactly the documented keys (router.weight (E,d),
+    experts.{e}.w1.weight (H,d), experts.{e}.w2.weight (d,H) per layer, no dense ffn.w1/w2), as
+    plain contiguous float32 CPU tensors; export_schema(cfg) says the same and load_export rebuilds
+    the MoE model (same outputs as TinyLM(cfg) with those weights, 1e-6). Anchors: the export holds
+    the trained model (the judge's held-out loss of the exported weights is at least 0.1 below ln
+    64), and load_export of a documented-format file with fixed weights under the all-experts
+    setting (K = E, nothing dropped) computes the reference's outputs (1e-6)."""
     _record(record_property, oracle="reference", configurations="gloo-ddp-2",
             tolerance="exact keys/shapes/dtype; reloaded model's logits and aux within 1e-6 of "
-                      "TinyLM(cfg) holding the exported weights",
+                      "TinyLM(cfg) holding the exported weights and, for a fixed all-experts "
+                      f"export, of the reference; judge's held-out loss <= ln 64 - "
+                      f"{LEARNED_MARGIN:g}",
             why="the schema is fixed by TASK.md; the reload runs the same fp32 code on the same "
-                "weights (measured 0), 1e-6 leaves room for a loader that casts differently",
+                "weights (measured 0), 1e-6 leaves room for a loader that casts differently; the "
+                "all-experts setting leaves routing details no room to move the output "
+                "(reference solution ~1e-15)",
             runs=ddp_fp64.evidence())
     cfg = R.Cfg()
     want = R.schema(cfg)
-    got_schema = {k: tuple(v) for k, v in probe.call(PROBE, "export_schema",
-                                                     timeout_s=PROBE_TIMEOUT_S,
-                                                     model_config=cfg.model_config_kwargs())}
+    got_schema = _schema_pairs(probe.call(PROBE, "export_schema", timeout_s=PROBE_TIMEOUT_S,
+                                          model_config=cfg.model_config_kwargs()))
     schema_diff = sorted(set(want) ^ set(got_schema)) + [
         k for k in want if k in got_schema and got_schema[k] != want[k]]
     ddp_fp64.require()
@@ -223,9 +373,10 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
     assert path.exists(), f"--export wrote no {path.name}"
     blob = torch.load(path, map_location="cpu", weights_only=True)
     sd = blob.get("state_dict", {}) if isinstance(blob, dict) else {}
-    missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
-    wrong = [k for k in want if k in sd and (tuple(sd[k].shape) != want[k]
-                                             or type(sd[k]) is not torch.Tensor
+    sd = sd if isinstance(sd, dict) else {}
+    missing, extra = sorted(set(want) - set(sd)), sorted(set(map(str, sd)) - set(want))
+    wrong = [k for k in want if k in sd and (type(sd[k]) is not torch.Tensor
+                                             or tuple(sd[k].shape) != want[k]
                                              or sd[k].dtype != torch.float32
                                              or sd[k].device.type != "cpu"
                                              or not sd[k].is_contiguous())]
@@ -234,28 +385,47 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
     assert not (missing or extra or wrong), \
         f"export keys: missing {missing[:8]}, unexpected {extra[:8]}, wrong {wrong[:8]}"
     assert not schema_diff, f"export_schema(cfg) differs from TASK.md: {schema_diff[:8]}"
-    final = ddp_fp64.final_state()["model"]
-    if set(final) == set(sd):
-        worst = max((sd[k].double() - final[k].to(torch.float32).double()).abs().max().item()
-                    for k in sd)
-        assert worst == 0.0, f"exported tensors are not the final model cast to fp32 ({worst:g})"
+    state = ddp_fp64.final_state()
+    final = state.get("model") if isinstance(state, dict) else None
+    if isinstance(final, dict) and set(final) == set(sd):
+        cast = [k for k in sd if as_tensor(final[k]) is None
+                or not bitwise_equal(sd[k], final[k].to(torch.float32))]
+        assert not cast, f"exported tensors are not the final model cast to fp32 ({cast[:4]})"
+    # The anchor on the content: the exported weights are the trained model.
+    params, _ = schema_params(sd, cfg)
+    value = heldout_loss(params, cfg)
+    record_property("judge_heldout_export", f"{value:.6g}")
+    assert learned(value, LEARNED_MARGIN), (
+        f"the judge's held-out loss of the exported weights is {value:.6g}, not "
+        f"{LEARNED_MARGIN} below a uniform predictor's {UNIFORM_LOSS:.4f}: the export does not "
+        "hold a trained model")
     # load_export must rebuild the MoE model: the same outputs as the candidate's own TinyLM
     # holding the exported weights (the routing itself is checked by the forward reference
-    # check, so a routing defect is not counted twice here).
+    # check, so a routing defect is not counted twice here), and, on a file of fixed weights in
+    # the all-experts setting, the reference's outputs.
     tokens = R.fixed_tokens(4, 31)[:, :-1]
-    # The sealed export (root-owned, read-only to the candidate) is loaded by its own loader.
-    seen = probe.call(PROBE, "reload_export", timeout_s=PROBE_TIMEOUT_S, path=str(path),
-                      model_config=cfg.model_config_kwargs(), params=dict(sd), tokens=tokens)
-    logits, aux = seen["logits"], seen["aux"]
-    want_logits, want_aux = seen["direct_logits"], seen["direct_aux"]
-    d = max((logits - want_logits).abs().max().item(), abs(float(aux) - float(want_aux)))
+    anchor = all_experts_case(43)
+    # The run's folder is closed: the probe reads a copy of the export in a job folder of its own.
+    given = sealed.give(path, "export-reload")
+    seen = probe.call(PROBE, "reload_export", timeout_s=PROBE_TIMEOUT_S, path=str(given),
+                      model_config=cfg.model_config_kwargs(), params=dict(sd), tokens=tokens,
+                      anchor=anchor)
+    seen = seen if isinstance(seen, dict) else {}
+    d = worst([tensor_diff(seen.get("logits"), seen.get("direct_logits")),
+               scalar_diff(seen.get("aux"), seen.get("direct_aux"))])
+    d_anchor = worst(all_experts_error(anchor, seen.get("anchor")))
     record_property("reload_max_abs_diff", d)
-    assert seen["is_module"] and d <= 1e-6, \
+    record_property("all_experts_reload_max_abs_diff", d_anchor)
+    assert seen.get("is_module") is True and within(d, 1e-6), \
         f"load_export's model differs from TinyLM(cfg) with the exported weights by {d:g}"
+    assert within(d_anchor, ALL_EXPERTS_ATOL), (
+        f"load_export of a documented export (E 4, top-4, fixed weights) differs from the "
+        f"reference MoE by {d_anchor:g}: it does not rebuild the MoE model")
 
 
 def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
-    """Without --moe-* flags (E = 0), cpu-1 training for 20 steps gives bit-for-bit the pristine baseline's final model and optimizer state, metrics, held-out loss and export."""
+    """Without --moe-* flags (E = 0), cpu-1 training for 20 steps gives bit-for-bit the pristine
+    baseline's final model and optimizer state, metrics, held-out loss and export."""
     _record(record_property, oracle="differential", configurations="cpu-1",
             tolerance="bitwise",
             why="QUALIFICATION: reference with --moe-experts 0 vs baseline after 200 steps "
@@ -275,32 +445,41 @@ def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
     c.require()
     cmp = compare_states(b.final_state(), c.final_state())
     same_metrics = (b.out / "metrics.jsonl").read_text() == (c.out / "metrics.jsonl").read_text()
-    same_heldout = b.summary()["heldout_loss"] == c.summary()["heldout_loss"]
+    held_b, held_c = b.summary().get("heldout_loss"), c.summary().get("heldout_loss")
+    same_heldout = type(held_b) is type(held_c) and held_b == held_c
     eb = torch.load(b.out / "model.pt", weights_only=True)
     ec = torch.load(c.out / "model.pt", weights_only=True)
-    same_export = eb["state_dict"].keys() == ec["state_dict"].keys() and all(
-        torch.equal(eb["state_dict"][k], ec["state_dict"][k]) for k in eb["state_dict"])
-    same_export = same_export and eb.get("format") == ec.get("format")
+    sb = eb.get("state_dict") if isinstance(eb, dict) else None
+    sc = ec.get("state_dict") if isinstance(ec, dict) else None
+    same_export = isinstance(sb, dict) and isinstance(sc, dict) and sb.keys() == sc.keys() \
+        and all(bitwise_equal(sc[k], sb[k]) for k in sb) and eb.get("format") == ec.get("format")
     record_property("measured", f"state bitwise {cmp['bitwise_equal']} (max abs "
                     f"{cmp['max_abs_diff']:.3g}), metrics equal {same_metrics}, held-out equal "
                     f"{same_heldout}, export equal {same_export}")
-    assert cmp["bitwise_equal"], f"dense run differs from the baseline: {cmp}"
+    assert cmp["bitwise_equal"] is True, f"dense run differs from the baseline: {cmp}"
     assert same_metrics and same_heldout and same_export
 
 
 def test_quality_heldout_loss(quality_run: Run, record_property: Any) -> None:
-    """The fixed cpu-1 MoE run (seed 0, global batch 16, 200 steps, E 4, top-2, F 1.25, W 0.01, fp32) reaches a held-out loss at most 0.07 above the reference's 2.8219."""
+    """The fixed cpu-1 MoE run (seed 0, global batch 16, 200 steps, E 4, top-2, F 1.25, W 0.01,
+    fp32) reaches a held-out loss at most 0.07 above the reference's 2.8219, as the judge measures
+    it: the reference implementation's cross-entropy of the run's final weights on the baseline's
+    held-out set (summary.json's own figure is recorded, not trusted)."""
     _record(record_property, oracle="reference", configurations="cpu-1",
-            tolerance=f"heldout_loss <= {REFERENCE_HELDOUT:.4f} + {QUALITY_BAND}",
+            tolerance=f"judge's heldout_loss <= {REFERENCE_HELDOUT:.4f} + {QUALITY_BAND}",
             why="QUALIFICATION (d): reference seed 0 2.8219 (seeds 0-2: 2.8219, 2.8238, 2.8350); "
-                "band = twice the worst seed-to-seed spread (0.0352), at least 0.02",
+                "band = twice the worst seed-to-seed spread (0.0352), at least 0.02. The judge's "
+                "fp64 measurement of the reference's fp32 weights differs from its own summary "
+                "by 1e-8",
             runs=quality_run.evidence())
-    summary = quality_run.summary()
-    value = float(summary["heldout_loss"])
+    cfg = R.Cfg()
+    params, source = quality_run.weights(cfg)
+    value = heldout_loss(params, cfg)
     record_property("heldout_loss", value)
     record_property("reference_heldout_loss", REFERENCE_HELDOUT)
-    assert math.isfinite(value), f"held-out loss {value}"
-    assert value <= REFERENCE_HELDOUT + QUALITY_BAND, \
-        f"held-out loss {value:.4f} is more than {QUALITY_BAND} above the reference's " \
-        f"{REFERENCE_HELDOUT:.4f}"
-
+    record_property("reported_heldout_loss", quality_run.reported_heldout())
+    record_property("weights", source)
+    assert params is not None, f"the run left no final weights the judge can read: {source}"
+    assert within(value, REFERENCE_HELDOUT + QUALITY_BAND), \
+        f"held-out loss {value:.4f} (the judge's, on the run's final weights) is more than " \
+        f"{QUALITY_BAND} above the reference's {REFERENCE_HELDOUT:.4f}"

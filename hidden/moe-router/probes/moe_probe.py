@@ -64,16 +64,22 @@ def _mro(exc: BaseException) -> list[str]:
 def load_candidate_model(model_config: dict[str, Any], params: dict[str, torch.Tensor],
                          dtype: torch.dtype = torch.float64) -> torch.nn.Module:
     """The candidate's TinyLM for ``ModelConfig(**model_config)`` holding ``params``
-    (export-schema keys).
+    (export-schema keys)."""
+    from tinylm.config import ModelConfig
+
+    return model_holding(ModelConfig(**model_config), params, dtype)
+
+
+def model_holding(mcfg: Any, params: dict[str, torch.Tensor],
+                  dtype: torch.dtype = torch.float64) -> torch.nn.Module:
+    """The candidate's TinyLM for the candidate's ModelConfig ``mcfg`` holding ``params``.
 
     The state dict is expected to use the export schema's names (the export is the full state
     dict); a candidate that names its modules differently is given the parameters through its
     own ``load_export`` instead, so only the documented interface is relied on.
     """
-    from tinylm.config import ModelConfig
     from tinylm.model import TinyLM
 
-    mcfg = ModelConfig(**model_config)
     torch.manual_seed(0)
     model = TinyLM(mcfg).to(dtype)
     if set(model.state_dict()) == set(params):
@@ -96,6 +102,14 @@ def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """The loss the forward check differentiates (mean token cross-entropy, in fp64)."""
     logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).to(torch.float64), dim=-1)
     return -logp.gather(1, targets.reshape(-1, 1)).mean()
+
+
+def _eval_outputs(model: torch.nn.Module, tokens: torch.Tensor) -> list[Any]:
+    """``[logits, aux]`` of an eval-mode forward without grad."""
+    model.eval()
+    with torch.no_grad():
+        logits, aux = model(tokens)
+    return [_value(logits), _value(aux)]
 
 
 @_no_exit
@@ -159,7 +173,7 @@ def _validate_raises(settings: list[dict[str, Any]]) -> list[list[str] | None]:
     for kwargs in settings:
         try:
             ModelConfig(**kwargs).validate()
-        except Exception as exc:  # noqa: BLE001 - reported as data, the check decides
+        except Exception as exc:  # reported as data, the check decides
             found.append(_mro(exc))
             continue
         found.append(None)
@@ -168,10 +182,34 @@ def _validate_raises(settings: list[dict[str, Any]]) -> list[list[str] | None]:
 
 @_no_exit
 def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
-                  flags: list[str]) -> dict[str, Any]:
+                  flags: list[str], anchor: dict[str, Any]) -> dict[str, Any]:
     """``ModelConfig()``'s four MoE fields; what ``validate()`` raises for each setting;
     ``train.parse_args(flags)`` and ``parse_args([])``'s MoE fields (``has_parse`` False when
-    train.py has no ``parse_args``). A stage that raised is reported as its exception."""
+    train.py has no ``parse_args``). A stage that raised is reported as its exception.
+
+    ``anchor`` (``flags``, ``model_config``, ``params``, ``tokens``): the candidate's TinyLM
+    under ``parse_args(anchor["flags"]).model`` (``ModelConfig(**anchor["model_config"])``
+    without a ``parse_args``), holding ``params`` in fp64: its eval outputs on ``tokens``."""
+    from tinylm.config import ModelConfig
+
+    out = _config_fields(valid, invalid, flags)
+    try:
+        if out.get("has_parse") and "parse_error" not in out:
+            import importlib
+
+            mcfg = importlib.import_module("train").parse_args(list(anchor["flags"])).model
+            out["anchor_source"] = "train.parse_args"
+        else:
+            mcfg = ModelConfig(**anchor["model_config"])
+            out["anchor_source"] = "ModelConfig"
+        out["anchor"] = _eval_outputs(model_holding(mcfg, anchor["params"]), anchor["tokens"])
+    except (Exception, SystemExit) as exc:  # the check fails with it
+        out["anchor_error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def _config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
+                   flags: list[str]) -> dict[str, Any]:
     from tinylm.config import ModelConfig
 
     cfg = ModelConfig()
@@ -191,7 +229,7 @@ def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
         out["flags"] = [_plain(v) for v in (m.moe_experts, m.moe_top_k, m.moe_capacity_factor,
                                             m.moe_aux_weight)]
         out["default_experts"] = _plain(parse([]).model.moe_experts)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the check fails with it
+    except (Exception, SystemExit) as exc:  # the check fails with it
         code = f"SystemExit: {exc.code!r}" if isinstance(exc, SystemExit) else None
         out["parse_error"] = code or f"{type(exc).__name__}: {exc}"
     return out
@@ -224,7 +262,7 @@ def _attr_changes(before: dict[str, dict[str, Any]],
             else:
                 try:
                     same = bool(x == y)
-                except Exception:  # noqa: BLE001 - an incomparable new object is a change
+                except Exception:  # an incomparable new object is a change
                     same = False
             if not same:
                 changes.append(f"{where} changed")
@@ -232,12 +270,29 @@ def _attr_changes(before: dict[str, dict[str, Any]],
 
 
 @_no_exit
-def eval_purity(model_config: dict[str, Any], tokens: torch.Tensor) -> dict[str, Any]:
+def eval_purity(model_config: dict[str, Any], tokens: torch.Tensor,
+                anchor: dict[str, Any]) -> dict[str, Any]:
     """The candidate's ``TinyLM(ModelConfig(**model_config))`` (seed 0): a training
     forward+backward on ``tokens`` (module attributes it changed, output types), then in eval
     mode two forwards (grad on, then off) with the state dict, module attributes and global RNG
     state around them. Stops after the training step if its outputs are not two plain tensors
-    with a 0-dim aux."""
+    with a 0-dim aux.
+
+    ``anchor`` (``model_config``, ``params``, ``tokens``): the candidate's model holding
+    ``params`` (fp64), in eval mode: two forwards (grad on, then off), as ``anchor.first`` and
+    ``anchor.second``."""
+    out = _eval_purity(model_config, tokens)
+    if out.get("train_outputs_ok"):
+        model = load_candidate_model(anchor["model_config"], anchor["params"]).eval()
+        first = model(anchor["tokens"])
+        with torch.no_grad():
+            second = model(anchor["tokens"])
+        out["anchor"] = {"first": [_value(t) for t in first[:2]],
+                         "second": [_value(t) for t in second[:2]]}
+    return out
+
+
+def _eval_purity(model_config: dict[str, Any], tokens: torch.Tensor) -> dict[str, Any]:
     from tinylm.config import ModelConfig
     from tinylm.model import TinyLM
 
@@ -273,31 +328,6 @@ def eval_purity(model_config: dict[str, Any], tokens: torch.Tensor) -> dict[str,
 
 
 @_no_exit
-def trainer_init(model_config: dict[str, Any], vocab: int, seq_len: int, global_batch: int,
-                 seed: int, world: int) -> dict[str, Any]:
-    """The trainer's initial model (seed, then ``TinyLM(cfg)``, in fp64) and each rank's slice
-    of its first global batch (``TokenStream(MarkovLanguage(vocab, seq_len), global_batch,
-    seed)``). A stage that raised is reported as the exception's repr."""
-    try:
-        from tinylm.config import ModelConfig
-        from tinylm.data import MarkovLanguage, TokenStream, local_slice
-        from tinylm.model import TinyLM
-
-        torch.manual_seed(seed)  # the trainer's build_model: seed, then TinyLM(cfg)
-        model = TinyLM(ModelConfig(**model_config)).double()
-    except Exception as exc:  # noqa: BLE001 - reported as data (the checks' evidence)
-        return {"error": repr(exc)}
-    out: dict[str, Any] = {"params": {k: _value(v) for k, v in model.state_dict().items()}}
-    try:
-        batch = TokenStream(MarkovLanguage(vocab, seq_len), global_batch,
-                            seed).next_global_batch()
-        out["slices"] = [_value(local_slice(batch, rank, world)) for rank in range(world)]
-    except Exception as exc:  # noqa: BLE001 - reported as data, the check decides
-        out["slices_error"] = repr(exc)
-    return out
-
-
-@_no_exit
 def export_schema(model_config: dict[str, Any]) -> list[list[Any]]:
     """``tinylm.export.export_schema(ModelConfig(**model_config))`` as [key, shape] pairs."""
     from tinylm.config import ModelConfig
@@ -309,9 +339,15 @@ def export_schema(model_config: dict[str, Any]) -> list[list[Any]]:
 
 @_no_exit
 def reload_export(path: str, model_config: dict[str, Any], params: dict[str, torch.Tensor],
-                  tokens: torch.Tensor) -> dict[str, Any]:
+                  tokens: torch.Tensor, anchor: dict[str, Any]) -> dict[str, Any]:
     """``load_export(path)`` and the candidate's ``TinyLM`` holding ``params`` (fp32), both in
-    eval mode: their outputs on ``tokens`` (no grad)."""
+    eval mode: their outputs on ``tokens`` (no grad).
+
+    ``anchor`` (``model_config``, ``params``, ``tokens``): ``load_export`` of a file in the
+    documented format (``tinylm-export-v1``, ``dataclasses.asdict`` of the candidate's
+    ``ModelConfig(**model_config)``, ``params`` as float32) written here, cast to fp64: its eval
+    outputs on ``tokens`` as ``anchor``."""
+    from tinylm.config import ModelConfig
     from tinylm.export import load_export
 
     model = load_export(Path(path)).eval()
@@ -319,6 +355,15 @@ def reload_export(path: str, model_config: dict[str, Any], params: dict[str, tor
     with torch.no_grad():
         logits, aux = model(tokens)
         want_logits, want_aux = direct(tokens)
-    return {"is_module": isinstance(model, torch.nn.Module),
-            "logits": _value(logits), "aux": _value(aux),
-            "direct_logits": _value(want_logits), "direct_aux": _value(want_aux)}
+    out = {"is_module": isinstance(model, torch.nn.Module),
+           "logits": _value(logits), "aux": _value(aux),
+           "direct_logits": _value(want_logits), "direct_aux": _value(want_aux)}
+    with tempfile.TemporaryDirectory() as tmp:
+        written = Path(tmp) / "anchor.pt"
+        mcfg = ModelConfig(**anchor["model_config"])
+        torch.save({"format": "tinylm-export-v1", "model_config": dataclasses.asdict(mcfg),
+                    "state_dict": {k: v.to(torch.float32).contiguous()
+                                   for k, v in anchor["params"].items()}}, written)
+        reloaded = load_export(written)
+    out["anchor"] = _eval_outputs(reloaded.to(torch.float64), anchor["tokens"])
+    return out

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from moe_probe import load_candidate_model
 
 EVAL_WAIT_S = 30.0
