@@ -174,9 +174,16 @@ def layer_keys(state_dict: dict[str, Any], i: int) -> set[str]:
     return {k[len(prefix):] for k in state_dict if k.startswith(prefix)}
 
 
-def check_key_schema(state_dict: Iterable[Any], pattern: str) -> list[str]:
+def check_key_schema(state_dict: Iterable[Any], pattern: str, *,
+                     stack_only: bool = False) -> list[str]:
     """Problems with a state dict's keys (or any collection of keys) for ``pattern`` (empty
-    when it follows the schema)."""
+    when it follows the schema).
+
+    ``stack_only``: judge only whether the keys are ``pattern``'s stack, i.e. a mixer layer is
+    not an attention block (its keys are not exactly an attention block's). The checks of other
+    contracts use it to see that the pattern was used without failing a working mixer that
+    merely names a submodule ``attention``: the naming rule is the schema contracts' to judge.
+    """
     keys = set(state_dict)
     odd = [k for k in keys if type(k) is not str]
     if odd:
@@ -197,8 +204,10 @@ def check_key_schema(state_dict: Iterable[Any], pattern: str) -> list[str]:
         if kind == "M":
             if not own:
                 problems.append(f"mixer layer {i} has no keys under layers.{i}.")
+            elif stack_only and own == ATTENTION_BLOCK_KEYS:
+                problems.append(f"mixer layer {i} is an attention block (keys {sorted(own)})")
             attn = sorted(k for k in own if k.startswith(("attention.", "attention_norm.")))
-            if attn:
+            if attn and not stack_only:
                 problems.append(f"mixer layer {i} still holds attention keys {attn}")
     return problems
 

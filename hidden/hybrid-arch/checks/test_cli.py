@@ -127,7 +127,7 @@ def test_quality_heldout_loss(quality_run: Any, programs: Any, record_property: 
     assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
     # The weights are an AMAM stack's (an all-attention model reported as AMAM would be
     # replayed as itself and pass the replay).
-    problems = check_key_schema(final["model"], PATTERN)
+    problems = check_key_schema(final["model"], PATTERN, stack_only=True)
     assert problems == [], f"the final weights are not an {PATTERN} stack: {problems}"
     traj = programs.trajectory("AMAM-float32", QUALITY_STEPS)
     errors = _replay_errors(quality_run, traj)

@@ -60,7 +60,7 @@ def _check_pattern(run: Any) -> None:
     assert model.get("layer_pattern") == PATTERN, f"{run.name} ran pattern {model}"
     state = run.final().get("model")
     assert isinstance(state, dict), f"{run.name}: final_state.pt holds no model state dict"
-    problems = check_key_schema(state, PATTERN)
+    problems = check_key_schema(state, PATTERN, stack_only=True)
     assert problems == [], f"{run.name}: the final weights are not an {PATTERN} stack: {problems}"
 
 
@@ -186,7 +186,7 @@ def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> 
         # The wrapped blocks are the pattern's: a mixer position holding an attention block
         # (the pattern accepted but ignored) is wrapped exactly like a real one.
         names = {f"layers.{b['index']}.{n}" for b in blocks for n in b["placements"]}
-        problems = check_key_schema(names | GLOBAL_KEYS, PATTERN)
+        problems = check_key_schema(names | GLOBAL_KEYS, PATTERN, stack_only=True)
         assert problems == [], f"rank {rank}: the wrapped blocks are not {PATTERN}'s: {problems}"
         for b in blocks:
             where = f"rank {rank} block {b['index']} ({b['kind']}, {b['class']})"
@@ -224,7 +224,7 @@ def test_resume_gloo_ddp2_bitwise(
         assert needed in top, f"checkpoint lacks {needed!r} (has {top})"
     model = contents["model"]
     assert isinstance(model, dict), f"checkpoint model is a {type(model).__name__}"
-    problems = check_key_schema(model, PATTERN)
+    problems = check_key_schema(model, PATTERN, stack_only=True)
     assert problems == [], f"the checkpoint's model is not an {PATTERN} stack: {problems}"
 
     ddp_fp32_resumed.require(record_property)
