@@ -12,12 +12,20 @@ exit code or signal, the tail of its log), and no later check launches it again.
 Runs are sealed (``grading.sealed``): every rank runs as the candidate uid, the pristine
 baseline's runs included, and writes only into a job folder made for it (``--out``,
 ``--ckpt``, ``--export`` and the FSDP probe's reports all go there); rank logs stay in the
-judge's own runs folder. When the launch is over (no candidate process left) the job folder is
-sealed, and only then are its expected outputs checked and read, as data.
+judge's own runs folder. When the launch is over (no candidate process left) every job folder
+is sealed (closed to the candidate), and only then are its expected outputs checked and read,
+as data. A run that resumes from an earlier run's checkpoint gets a copy of it in its own job
+folder (``sealed.give``), never the earlier job's path.
+
+The judge's own references (``programs``): the candidate's seeded models, exported once by a
+probe, run by the judge from the archives' JSON (``graph_exec``) in its own training loop and
+held-out evaluation (``judge_replay``), so every run's outputs are checked against what the
+specified training reaches, not only against another run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -27,11 +35,21 @@ from typing import Any
 
 import pytest
 import torch
+from oracle_lib import kept_environment
 
-from grading import sealed
+# What the judge's own torch work imports, imported once here with the judge's environment kept
+# as it was (see kept_environment): nothing of the judge's may leak into a candidate process.
+with kept_environment():
+    import graph_exec
+    import judge_replay
+    import torch._dynamo
+    import torch.distributed.checkpoint
+    import torch.func
+from oracle_lib import EQ_STEPS, PATTERN, PROBE, RESUME_AT, baseline_dir, run_env, workdir
+
+from grading import probe, sealed
 from grading.launch import LaunchResult, launch
 from grading.probe import probes_dir
-from oracle_lib import EQ_STEPS, PATTERN, RESUME_AT, baseline_dir, run_env, workdir
 
 # Wall limits per run. Measured on a loaded 2-core host (QUALIFICATION.md): 20-step runs
 # take 5-15 s with start-up, the 200-step quality run 21 s. Kept below the grader's 300 s
@@ -200,17 +218,36 @@ def fsdp_fp32(runs_dir: Path) -> Run:
     return launch_train("fsdp-fp32", runs_dir, _eq_args("gloo-fsdp-2", "fp32"), nproc=2)
 
 
+def resume_train(name: str, base: Path, ckpt: Path, args: list[str], *, nproc: int,
+                 root: Path | None = None) -> Run:
+    """``train.py ARGS --resume COPY`` where COPY is a copy of the sealed checkpoint ``ckpt``
+    in the run's own job folder (``sealed.give``)."""
+    given = sealed.give(ckpt, f"{name}-ckpt")
+    return launch_train(name, base, [*args, "--resume", str(given)], nproc=nproc, root=root)
+
+
 @pytest.fixture(scope="session")
 def ddp_fp32_resumed(runs_dir: Path, ddp_fp32_ckpt: Run) -> Run:
-    """A fresh gloo-ddp-2 launch continuing from the step-10 checkpoint to step 20."""
+    """A fresh gloo-ddp-2 launch continuing from (a copy of) the step-10 checkpoint to step 20."""
     name = "ddp-fp32-resumed"
     ckpt = ddp_fp32_ckpt.out / "ckpt" / f"step-{RESUME_AT}"
     if not ddp_fp32_ckpt.ok:
         return Run(name=name, out=runs_dir / name, skipped="the uninterrupted run failed")
     if not ckpt.is_dir():
         return Run(name=name, out=runs_dir / name, skipped=f"no checkpoint at {ckpt}")
-    return launch_train(name, runs_dir, _eq_args("gloo-ddp-2", "fp32", "--resume", str(ckpt)),
-                        nproc=2)
+    return resume_train(name, runs_dir, ckpt, _eq_args("gloo-ddp-2", "fp32"), nproc=2)
+
+
+def resume_perturbed(name: str, contents: dict[str, Any], args: list[str], *, nproc: int,
+                     base: Path, root: Path | None = None) -> Run:
+    """A fresh launch of ``train.py ARGS`` resuming from a checkpoint the judge wrote from
+    ``contents`` (``judge_replay.write_checkpoint``), handed over as a copy."""
+    # Named like the run's own checkpoints (ckpt/step-K): a resume that reads K from the
+    # folder's name is not wrong, and must not crash on the judge's copy.
+    folder = base / name / f"step-{RESUME_AT}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    judge_replay.write_checkpoint(contents, folder)
+    return resume_train(name, base, folder, args, nproc=nproc, root=root)
 
 
 @pytest.fixture(scope="session")
@@ -266,5 +303,79 @@ def candidate_resumes_baseline(runs_dir: Path, baseline_cpu1: Run) -> Run:
     if not baseline_cpu1.ok or not ckpt.is_dir():
         return Run(name=name, out=runs_dir / name,
                    skipped="the baseline run (which writes the checkpoint) failed")
-    return launch_train(name, runs_dir, ["--config", "cpu-1", "--steps", str(EQ_STEPS),
-                                         "--resume", str(ckpt)], nproc=1)
+    return resume_train(name, runs_dir, ckpt, ["--config", "cpu-1", "--steps", str(EQ_STEPS)],
+                        nproc=1)
+
+
+@pytest.fixture(scope="session")
+def launch_resume_perturbed(runs_dir: Path) -> Callable[..., Run]:
+    """``resume_perturbed`` with the session's runs folder."""
+    return functools.partial(resume_perturbed, base=runs_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's references: the candidate's seeded models as exported graphs the judge runs
+
+
+# name -> (pattern, dtype, batch): the models train.py starts from in the runs above (seed 0),
+# exported for the global batch of 16.
+REPLAY_MODELS = {
+    "AMAM-float64": (PATTERN, "float64", judge_replay.GLOBAL_BATCH),
+    "AMAM-float32": (PATTERN, "float32", judge_replay.GLOBAL_BATCH),
+    "AMM-float32": ("AMM", "float32", judge_replay.GLOBAL_BATCH),
+}
+
+
+class Programs:
+    """The candidate's seeded models as programs the judge runs, and the judge's trajectories.
+
+    One probe (``seeded_programs``) builds each model as ``train`` does (``manual_seed(0)``,
+    ``Transformer(ModelArgs(layer_pattern=...))``, cast to the run's dtype), exports it and
+    saves the archive into a job folder; after it the folder is sealed and the judge loads the
+    graphs and the initial weights with ``graph_exec`` (JSON and raw bytes, nothing
+    unpickled). Everything after that is the judge's: ``judge_replay.replay`` trains with the
+    pristine data, loss and schedule and ``torch.optim.AdamW``. A probe failure is kept and
+    raised again to every check that needs a program (no second probe run).
+    """
+
+    def __init__(self) -> None:
+        self._programs: dict[str, graph_exec.Program] | None = None
+        self._error: BaseException | None = None
+        self._trajectories: dict[tuple[Any, ...], judge_replay.Trajectory] = {}
+
+    def get(self, name: str) -> graph_exec.Program:
+        if self._error is not None:
+            raise self._error
+        if self._programs is None:
+            job = sealed.job_dir("seeded-programs")
+            models = [{"pattern": p, "dtype": d, "batch": b, "name": n}
+                      for n, (p, d, b) in REPLAY_MODELS.items()]
+            try:
+                probe.call(PROBE, "seeded_programs", models=models, seed=0, out_dir=str(job))
+                sealed.seal(job)
+                self._programs = {n: graph_exec.load(job / f"{n}.pt2") for n in REPLAY_MODELS}
+            except BaseException as exc:
+                self._error = exc
+                raise
+        return self._programs[name]
+
+    def init(self, name: str) -> dict[str, torch.Tensor]:
+        """The seeded initial weights (the archive's own)."""
+        return graph_exec.archive_state(self.get(name))
+
+    def trajectory(self, name: str, total_steps: int, stop: int | None = None
+                   ) -> judge_replay.Trajectory:
+        """The judge's training of model ``name`` from its seeded initial weights, steps
+        ``0 .. stop - 1`` of a ``total_steps`` run (cached)."""
+        key = (name, total_steps, stop)
+        if key not in self._trajectories:
+            dtype = getattr(torch, REPLAY_MODELS[name][1])
+            self._trajectories[key] = judge_replay.replay(
+                self.get(name), REPLAY_MODELS[name][2], self.init(name), dtype=dtype,
+                total_steps=total_steps, stop=stop)
+        return self._trajectories[key]
+
+
+@pytest.fixture(scope="session")
+def programs() -> Programs:
+    return Programs()

@@ -10,13 +10,19 @@ back (tensors, numbers, key lists, files in a sealed job folder) is read as data
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import zipfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from grading import probe, sealed
+from grading.compare import INF, as_tensor, max_abs_diff, worst
 
 PATTERN = "AMAM"  # the hybrid pattern of every training run (TASK.md's quality command)
 EQ_STEPS = 20  # equivalence and resume runs (TASK.md: fixed settings)
@@ -32,11 +38,29 @@ def baseline_dir() -> Path | None:
     return Path(value) if value else None
 
 
+@contextlib.contextmanager
+def kept_environment() -> Iterator[None]:
+    """Undo what torch writes into the judge's ``os.environ``.
+
+    The first import of ``torch._dynamo`` (which the judge's AdamW, the export serialiser and
+    DCP pull in) sets ``TORCHINDUCTOR_CACHE_DIR`` to a folder in the judge's temp folder, and
+    every later candidate process (runs, probes) inherits the judge's environment: torch there
+    would try to create that folder, which the candidate cannot reach, and crash.
+    """
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        if dict(os.environ) != saved:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 def run_env(root: Path) -> dict[str, str]:
     """Environment of a train.py process (run as the candidate uid): the grader's, importing
     ``root``'s package."""
     env = {k: v for k, v in os.environ.items()
-           if k != "PYTHONPATH" and not k.startswith("PYTEST_")}
+           if k not in ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR") and not k.startswith("PYTEST_")}
     env.update({
         "PYTHONPATH": str(root),
         "OMP_NUM_THREADS": "1",
@@ -117,6 +141,29 @@ def exported_graph(path: Path) -> tuple[set[str], set[str]]:
     return ops, set(weights["config"])
 
 
+# A checkpoint of these models, as one torch.save file, is about a megabyte.
+MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
+
+
+def read_checkpoint(ckpt: Path, root: Path | None = None) -> dict[str, Any]:
+    """A sealed DCP checkpoint's contents (nested state: model, optim, scheduler, train, rng_*),
+    as data. The probe that converts it (its metadata is a pickle) gets a copy in its own job
+    folder (``sealed.give``) and writes one ``torch.save`` file, which the judge loads with
+    ``weights_only=True``. ``root``: the tree the probe runs on (default: the graded tree)."""
+    given = sealed.give(ckpt, "ckpt-copy")
+    job = sealed.job_dir("ckpt-contents")
+    probe.call(PROBE, "checkpoint_contents", root=root, path=str(given),
+               out=str(job / "contents.pt"))
+    sealed.seal(job)
+    out = job / "contents.pt"
+    assert out.is_file() and not out.is_symlink(), "the checkpoint could not be read"
+    size = out.stat().st_size
+    assert size <= MAX_CHECKPOINT_BYTES, f"checkpoint contents of {size} bytes"
+    contents = torch.load(out, map_location="cpu", weights_only=True)
+    assert isinstance(contents, dict), f"checkpoint contents are a {type(contents).__name__}"
+    return contents
+
+
 def tokens(batch: int = 3, seqlen: int = 32, seed: int = 1) -> torch.Tensor:
     """Token batches the checks feed the candidate's models (generated here, on the judge)."""
     return torch.randint(0, 64, (batch, seqlen), generator=torch.Generator().manual_seed(seed))
@@ -127,10 +174,21 @@ def layer_keys(state_dict: dict[str, Any], i: int) -> set[str]:
     return {k[len(prefix):] for k in state_dict if k.startswith(prefix)}
 
 
-def check_key_schema(state_dict: dict[str, Any], pattern: str) -> list[str]:
-    """Problems with a state dict's keys for ``pattern`` (empty when it follows the schema)."""
-    problems = []
+def check_key_schema(state_dict: Iterable[Any], pattern: str, *,
+                     stack_only: bool = False) -> list[str]:
+    """Problems with a state dict's keys (or any collection of keys) for ``pattern`` (empty
+    when it follows the schema).
+
+    ``stack_only``: judge only whether the keys are ``pattern``'s stack, i.e. a mixer layer is
+    not an attention block (its keys are not exactly an attention block's). The checks of other
+    contracts use it to see that the pattern was used without failing a working mixer that
+    merely names a submodule ``attention``: the naming rule is the schema contracts' to judge.
+    """
     keys = set(state_dict)
+    odd = [k for k in keys if type(k) is not str]
+    if odd:
+        return [f"keys that are not strings: {[repr(k)[:40] for k in odd[:3]]}"]
+    problems = []
     layered = {k for k in keys if k.startswith("layers.")}
     if keys - layered != GLOBAL_KEYS:
         problems.append(f"non-layer keys {sorted(keys - layered)} != {sorted(GLOBAL_KEYS)}")
@@ -146,42 +204,64 @@ def check_key_schema(state_dict: dict[str, Any], pattern: str) -> list[str]:
         if kind == "M":
             if not own:
                 problems.append(f"mixer layer {i} has no keys under layers.{i}.")
+            elif stack_only and own == ATTENTION_BLOCK_KEYS:
+                problems.append(f"mixer layer {i} is an attention block (keys {sorted(own)})")
             attn = sorted(k for k in own if k.startswith(("attention.", "attention_norm.")))
-            if attn:
+            if attn and not stack_only:
                 problems.append(f"mixer layer {i} still holds attention keys {attn}")
     return problems
 
 
-def tree_max_diff(a: Any, b: Any, path: str = "") -> float:
-    """Largest absolute difference over two nested structures; raises on a structure mismatch
-    (different keys, shapes or non-tensor values)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            raise AssertionError(f"{path}: tensor vs {type(b).__name__}")
-        if a.shape != b.shape:
-            raise AssertionError(f"{path}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
-        if a.numel() == 0:
-            return 0.0
-        if a.is_floating_point() or b.is_floating_point():
-            return (a.double() - b.double()).abs().max().item()
-        return 0.0 if torch.equal(a, b) else float("inf")
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or set(a) != set(b):
-            extra = sorted(map(str, set(a) ^ set(b if isinstance(b, dict) else {})))[:6]
-            raise AssertionError(f"{path}: different keys {extra}")
-        return max((tree_max_diff(a[k], b[k], f"{path}/{k}") for k in a), default=0.0)
-    if isinstance(a, (list, tuple)):
-        if not isinstance(b, (list, tuple)) or len(a) != len(b):
-            raise AssertionError(f"{path}: different lengths")
-        return max((tree_max_diff(x, y, f"{path}[{i}]") for i, (x, y) in
-                    enumerate(zip(a, b, strict=True))), default=0.0)
-    if a != b:
-        raise AssertionError(f"{path}: {a!r} != {b!r}")
+def _leaf_diff(got: Any, want: Any) -> float:
+    """|got - want| of two leaves either of which may be the candidate's (``grading.compare``:
+    plain fp64 tensors of one shape; NaN when a value is not finite, infinity when the kinds,
+    shapes or non-tensor values differ)."""
+    if type(want) is torch.Tensor or type(got) is torch.Tensor:
+        if type(want) is not torch.Tensor or type(got) is not torch.Tensor:
+            return INF
+        if want.numel() == 0 or got.numel() == 0:
+            return 0.0 if (got.shape == want.shape and got.dtype == want.dtype) else INF
+        expected = as_tensor(want)
+        if expected is None:
+            return INF
+        if not bool(torch.isfinite(expected).all()):
+            return math.nan
+        return max_abs_diff(got, expected)
+    if type(got) is not type(want) or got != want:
+        return INF
     return 0.0
 
 
-def worst_key(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> tuple[str, float]:
-    diffs = {k: tree_max_diff(a[k], b[k], k) for k in a if k in b}
-    key = max(diffs, key=diffs.get) if diffs else ""
-    return key, diffs.get(key, 0.0)
+def tree_max_diff(got: Any, want: Any) -> float:
+    """Largest absolute difference over two nested structures (state dicts, optimizer states),
+    NaN-safe: infinity on a structure mismatch (keys, lengths, shapes, non-tensor values), NaN
+    when any value is not finite; reduced with ``grading.compare.worst``."""
+    if isinstance(want, dict) or isinstance(got, dict):
+        if not (isinstance(want, dict) and isinstance(got, dict)) or set(got) != set(want):
+            return INF
+        return worst(tree_max_diff(got[k], want[k]) for k in want)
+    if isinstance(want, list | tuple) or isinstance(got, list | tuple):
+        if (not (isinstance(want, list | tuple) and isinstance(got, list | tuple))
+                or len(got) != len(want)):
+            return INF
+        return worst(tree_max_diff(g, w) for g, w in zip(got, want, strict=True))
+    return _leaf_diff(got, want)
 
+
+def worst_key(got: Any, want: dict[str, Any]) -> str:
+    """For messages only: the key of ``want`` where ``got`` differs most (a NaN first)."""
+    found, largest = "", -1.0
+    for key in want:
+        diff = tree_max_diff(got.get(key) if isinstance(got, dict) else None, want[key])
+        if math.isnan(diff):
+            return key
+        if diff > largest:
+            found, largest = key, diff
+    return found
+
+
+def moments(optim: Any) -> dict[str, Any]:
+    """The per-parameter AdamW state of a run's ``final_state.pt`` ``optim`` entry, keyed by
+    parameter name (``{}`` when it is not shaped like one)."""
+    state = optim.get("state") if isinstance(optim, dict) else None
+    return state if isinstance(state, dict) else {}

@@ -5,7 +5,11 @@ HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
 
 Every train.py process runs as the candidate uid (``grading.run``/``grading.launch``); the
-judge reads the sealed outputs as data.
+judge reads the sealed outputs as data. What a run reports about itself (summary.json) is
+never the evidence on its own: the CLI run's weights and logged losses must be the judge's
+replay of its two steps with the pattern's model, and the held-out loss of the quality run is
+computed by the judge from the run's final weights (``judge_replay``), whose 200 steps are
+also replayed by the judge.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import judge_replay
+from oracle_lib import PATTERN, check_key_schema, run_env, workdir
+
+from grading.compare import as_float, within
 from grading.probe import CandidateRunFailed
 from grading.run import run_command
-from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 
 # Quality band for the held-out loss of `train.py --config cpu-1 --layer-pattern AMAM --seed 0`
 # (200 steps). Measured (QUALIFICATION.md): reference 0.639 (seed 0; seeds 0-2 mean 0.636, std
@@ -29,10 +36,34 @@ from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 QUALITY_REFERENCE = 0.639
 QUALITY_LOW, QUALITY_HIGH = 0.55, 0.68
 BAD_PATTERN_TIMEOUT_S = 120
+CLI_STEPS, QUALITY_STEPS = 2, 200
+# The judge's replay (the candidate's seeded model, exported; same ops, one process) vs a cpu-1
+# fp32 run: measured 0 after 2 steps (AMM) and after 200 steps (AMAM) for the reference. Two
+# steps move the weights by 9e-4 from their initial values, so 1e-5 tells a trained CLI run
+# from an untrained one. Over 200 fp32 AdamW steps a legitimately different summation order
+# can grow to ~1e-3, while a model trained on another seed or for another length is >= 0.1
+# away (the initial weights 0.26): 1e-2.
+CLI_REPLAY_TOL, QUALITY_REPLAY_TOL = 1e-5, 1e-2
+# Logged losses vs the judge's (measured 0; 200 steps get ten times the 2-step allowance);
+# the run's own held-out figure vs the judge's computation from its final weights (measured
+# 2e-9: the judge evaluates in batches of 16).
+LOSS_TOL, QUALITY_LOSS_TOL, LR_TOL, HELDOUT_AGREE_TOL = 1e-4, 1e-3, 1e-12, 1e-4
 
 
-def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, record_property: Any) -> None:
-    """train.py --layer-pattern AMM (no --n-layers) builds 3 layers with that pattern, records it in summary.json, and a pattern with other characters is rejected."""
+def _replay_errors(run: Any, traj: judge_replay.Trajectory) -> dict[str, float]:
+    final = run.final()
+    loss_err, lr_err = judge_replay.metrics_errors(run.metrics(), traj)
+    return {"param": judge_replay.state_error(final.get("model"), traj),
+            "optim": judge_replay.optim_error(final.get("optim"), traj),
+            "loss": loss_err, "lr": lr_err}
+
+
+def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, programs: Any,
+                                                record_property: Any) -> None:
+    """train.py --layer-pattern AMM (no --n-layers) builds 3 layers with that pattern, records
+    it in summary.json, and a pattern with other characters is rejected; the run trains that
+    model: its final weights, optimizer state and logged losses are the judge's replay of the
+    two steps with the candidate's seeded AMM model (1e-5)."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", "exact (strings, key sets)")
@@ -44,10 +75,21 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, record_property: A
     record_property("summary_model", str(model))
     assert model.get("layer_pattern") == "AMM", model
     assert model.get("n_layers") == 3, model
-    assert len(cli_run.metrics()) == 2
+    assert len(cli_run.metrics()) == CLI_STEPS
     final = cli_run.final()
+    assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
     problems = check_key_schema(final["model"], "AMM")
     assert problems == [], problems
+    errors = _replay_errors(cli_run, programs.trajectory("AMM-float32", CLI_STEPS))
+    for what, err in errors.items():
+        record_property(f"vs_judge_{what}_max_abs_diff", err)
+    record_property("replay_tolerance", CLI_REPLAY_TOL)
+    assert within(errors["param"], CLI_REPLAY_TOL), (
+        f"the final weights differ from the judge's replay of {CLI_STEPS} steps with the AMM "
+        f"model by {errors['param']}")
+    assert within(errors["optim"], CLI_REPLAY_TOL), f"optimizer state: {errors['optim']}"
+    assert within(errors["loss"], LOSS_TOL), f"logged losses differ by {errors['loss']}"
+    assert within(errors["lr"], LR_TOL), f"logged LRs differ by {errors['lr']}"
 
     root = workdir()
     log = Path(tempfile.mkdtemp(prefix="bad-pattern-")) / "run.log"
@@ -63,8 +105,11 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, record_property: A
     assert returncode != 0, "--layer-pattern AXA was accepted"
 
 
-def test_quality_heldout_loss(quality_run: Any, record_property: Any) -> None:
-    """Held-out loss after the default 200 cpu-1 steps with --layer-pattern AMAM (seed 0) lies in [0.55, 0.68] (reference 0.639, all-attention 0.721)."""
+def test_quality_heldout_loss(quality_run: Any, programs: Any, record_property: Any) -> None:
+    """Held-out loss after the default 200 cpu-1 steps with --layer-pattern AMAM (seed 0) lies
+    in [0.55, 0.68] (reference 0.639, all-attention 0.721), computed by the judge from the run's
+    final weights with the candidate's exported AMAM model; the weights are the judge's replay
+    of the 200 steps (1e-2) and summary.json reports that loss (1e-4)."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", f"[{QUALITY_LOW}, {QUALITY_HIGH}]")
@@ -75,10 +120,33 @@ def test_quality_heldout_loss(quality_run: Any, record_property: Any) -> None:
     quality_run.require(record_property)
     summary = quality_run.summary()
     assert summary.get("model", {}).get("layer_pattern") == PATTERN, summary.get("model")
-    assert summary["steps"] == 200 and summary["seed"] == 0
-    loss = float(summary["heldout_loss"])
-    record_property("heldout_loss", loss)
+    assert summary.get("steps") == QUALITY_STEPS and summary.get("seed") == 0
     record_property("train_s", summary.get("train_s"))
-    assert QUALITY_LOW <= loss <= QUALITY_HIGH, (
+    # The judge's held-out loss of the weights the run wrote, and the judge's own 200 steps.
+    final = quality_run.final()
+    assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
+    # The weights are an AMAM stack's (an all-attention model reported as AMAM would be
+    # replayed as itself and pass the replay).
+    problems = check_key_schema(final["model"], PATTERN, stack_only=True)
+    assert problems == [], f"the final weights are not an {PATTERN} stack: {problems}"
+    traj = programs.trajectory("AMAM-float32", QUALITY_STEPS)
+    errors = _replay_errors(quality_run, traj)
+    for what, err in errors.items():
+        record_property(f"vs_judge_{what}_max_abs_diff", err)
+    record_property("replay_tolerance", QUALITY_REPLAY_TOL)
+    assert within(errors["param"], QUALITY_REPLAY_TOL), (
+        f"the final weights differ from the judge's replay of the {QUALITY_STEPS} steps by "
+        f"{errors['param']}")
+    assert within(errors["optim"], QUALITY_REPLAY_TOL), f"optimizer state: {errors['optim']}"
+    assert within(errors["loss"], QUALITY_LOSS_TOL), f"logged losses differ by {errors['loss']}"
+    loss = judge_replay.heldout_loss(programs.get("AMAM-float32"), judge_replay.GLOBAL_BATCH,
+                                     final["model"])
+    reported = as_float(summary.get("heldout_loss"))
+    record_property("heldout_loss", loss)
+    record_property("reported_heldout_loss", reported)
+    assert within(abs(reported - loss), HELDOUT_AGREE_TOL), (
+        f"summary.json reports held-out loss {reported}, the judge computes {loss:.6f} from "
+        f"the final weights")
+    assert within(QUALITY_LOW - loss, 0.0) and within(loss - QUALITY_HIGH, 0.0), (
         f"held-out loss {loss:.4f} outside [{QUALITY_LOW}, {QUALITY_HIGH}] "
         f"(reference {QUALITY_REFERENCE})")

@@ -23,9 +23,9 @@ import torch
 def unit_params(module: torch.nn.Module) -> list[int] | None:
     """ids of the parameters this FSDP unit manages itself (None if not introspectable)."""
     try:
-        state = module._get_fsdp_state()  # noqa: SLF001 - torch 2.13 FSDP2 internals
-        group = state._fsdp_param_group  # noqa: SLF001
-    except Exception:  # noqa: BLE001
+        state = module._get_fsdp_state()
+        group = state._fsdp_param_group
+    except Exception:
         return None
     if group is None:
         return []
@@ -34,11 +34,10 @@ def unit_params(module: torch.nn.Module) -> list[int] | None:
 
 def main() -> int:
     out, pattern = Path(sys.argv[1]), sys.argv[2]
-    from torch.distributed.fsdp import FSDPModule
-    from torch.distributed.tensor import DTensor
-
     from hybridlm.model import ModelArgs, Transformer
     from hybridlm.parallel import parallelize, setup, teardown
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
 
     ctx = setup("gloo-fsdp-2")
     try:

@@ -41,6 +41,11 @@ def _scaled_model(m: ModuleType, pattern: str, dtype: str, std: float, seed: int
     return model
 
 
+def _keys(model: Any) -> list[str]:
+    """A model's state-dict keys (``repr`` of any that is not a string)."""
+    return [k if type(k) is str else repr(k) for k in model.state_dict()]
+
+
 def _raised(fn: Any) -> list[str] | None:
     """The qualified class names (MRO, ``module.QualName``) of what ``fn()`` raises; None when
     it returns."""
@@ -106,28 +111,29 @@ def pattern_parsing(good: list[str], short: str, bad: list[str], all_a: str,
 def prefix_logits(pattern: str, dtype: str, std: float, seed: int,
                   tokens: torch.Tensor) -> dict[str, Any]:
     """Under no_grad: the full forward's logits, and for every position t the logits at t of a
-    forward over the prefix ``tokens[:, :t + 1]`` alone."""
+    forward over the prefix ``tokens[:, :t + 1]`` alone; the model's state-dict keys."""
     m = _model_module()
     model = _scaled_model(m, pattern, dtype, std, seed)
     with torch.no_grad():
         full = _tensor(model(tokens))
         prefix = [_tensor(model(tokens[:, :t + 1])[:, t]) for t in range(tokens.shape[1])]
-    return {"full": full, "prefix": prefix}
+    return {"full": full, "prefix": prefix, "keys": _keys(model)}
 
 
 def perturbed_logits(pattern: str, dtype: str, std: float, seed: int, x: torch.Tensor,
                      y: torch.Tensor) -> dict[str, Any]:
-    """Under no_grad: the logits of the same model for two token batches."""
+    """Under no_grad: the logits of the same model for two token batches; its state-dict
+    keys."""
     m = _model_module()
     model = _scaled_model(m, pattern, dtype, std, seed)
     with torch.no_grad():
-        return {"x": _tensor(model(x)), "y": _tensor(model(y))}
+        return {"x": _tensor(model(x)), "y": _tensor(model(y)), "keys": _keys(model)}
 
 
 def lm_gradients(pattern: str, std: float, seed: int, batch: torch.Tensor) -> dict[str, Any]:
     """Gradients of the next-token cross-entropy of ``batch`` for a train-mode fp64 model
     (built after manual_seed(seed), parameters redrawn from N(0, std)): per parameter name,
-    whether it requires grad and its ``.grad`` (None when it has none)."""
+    whether it requires grad and its ``.grad`` (None when it has none); the state-dict keys."""
     m = _model_module()
     torch.manual_seed(seed)
     model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern)).double()
@@ -138,7 +144,8 @@ def lm_gradients(pattern: str, std: float, seed: int, batch: torch.Tensor) -> di
     F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
     params = dict(model.named_parameters())
     return {"requires_grad": {n: bool(p.requires_grad) for n, p in params.items()},
-            "grad": {n: None if p.grad is None else _tensor(p.grad) for n, p in params.items()}}
+            "grad": {n: None if p.grad is None else _tensor(p.grad) for n, p in params.items()},
+            "keys": _keys(model)}
 
 
 def cached_decoding(patterns: list[str], dtypes: list[str], std: float, seed: int,
@@ -147,12 +154,13 @@ def cached_decoding(patterns: list[str], dtypes: list[str], std: float, seed: in
     """Under no_grad, per ``pattern-dtype``: the full forward's logits; ``decode_logits`` with
     each chunk size (``chunk<c>``); and ``irregular``, the outputs of forwards over the
     consecutive slices of ``schedule`` through one ``init_cache`` (``start_pos`` set),
-    concatenated along the sequence."""
+    concatenated along the sequence. ``keys[pattern]``: the model's state-dict keys."""
     m = _model_module()
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"keys": {}}
     for pattern in patterns:
         for dtype in dtypes:
             model = _scaled_model(m, pattern, dtype, std, seed)
+            out["keys"][pattern] = _keys(model)
             with torch.no_grad():
                 got = {"full": _tensor(model(tokens))}
                 for c in chunks:
@@ -191,21 +199,45 @@ def export_programs(patterns: list[str], dtype: str, std: float, seed: int,
     return out
 
 
+def seeded_programs(models: list[dict[str, Any]], seed: int, out_dir: str) -> list[str]:
+    """Per entry ``{"pattern", "dtype", "batch", "name"}``: the model ``train`` starts from
+    (``torch.manual_seed(seed)``, ``Transformer(ModelArgs(n_layers=len(pattern),
+    layer_pattern=pattern))``, cast to ``dtype``, train mode), exported with
+    ``torch.export.export`` (functionalized when it keeps in-place operators) for token
+    batches of ``batch`` x ``max_seq_len`` and saved with
+    ``torch.export.save`` to ``out_dir/<name>.pt2`` (the judge reads the graph and the weights
+    from the file). Returns the names written."""
+    m = _model_module()
+    written = []
+    for entry in models:
+        pattern = entry["pattern"]
+        torch.manual_seed(seed)
+        model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern))
+        model = model.to(getattr(torch, entry["dtype"])).train()
+        example = torch.zeros(entry["batch"], model.args.max_seq_len, dtype=torch.long)
+        program = torch.export.export(model, (example,))
+        if any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+               for n in program.graph.nodes if n.op == "call_function"):
+            # In-place operators stay in export's training IR; the judge runs functional
+            # graphs only, so such a model is handed over functionalized (nothing decomposed).
+            program = program.run_decompositions({})
+        torch.export.save(program, str(Path(out_dir) / f"{entry['name']}.pt2"))
+        written.append(entry["name"])
+    return written
+
+
+def checkpoint_contents(path: str, out: str) -> None:
+    """A DCP checkpoint as one ``torch.save`` file at ``out`` (``dcp_to_torch_save``): its
+    metadata is a pickle the candidate's run wrote, so it is read here, in the candidate's
+    process; the judge loads the result with ``weights_only=True``."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(path, out)
+
+
 def load_default_model_state(state: dict[str, torch.Tensor]) -> None:
     """``Transformer(ModelArgs()).load_state_dict(state, strict=True)``; whatever it raises
     goes back to the judge."""
     m = _model_module()
     model = m.Transformer(m.ModelArgs())
     model.load_state_dict(state, strict=True)
-
-
-def checkpoint_keys(path: str) -> list[str]:
-    """The state-dict keys in a DCP checkpoint's metadata (``FileSystemReader``).
-
-    The metadata is a pickle the candidate's run wrote, so it is read here, in the candidate's
-    process, never by the judge.
-    """
-    from torch.distributed.checkpoint import FileSystemReader
-
-    keys = FileSystemReader(path).read_metadata().state_dict_metadata
-    return [k if type(k) is str else repr(k) for k in keys]
