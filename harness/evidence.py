@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from grading.hashing import file_sha256
 from harness import events, jsontext, records
 from harness.audit import verify_attempt
+from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.grade import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
 from harness.snapshots import SNAPSHOT_TOOLS
@@ -35,7 +36,6 @@ from harness.transcript import (
     TranscriptWriter,
     read_events,
     read_text,
-    utc_timestamp,
     verify,
 )
 

@@ -37,6 +37,7 @@ from harness import images, records
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import tools_for_arm
 from harness.budget import Budget
+from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.packets import load_packet
 from harness.paths import CACHE_DIR, REPO_ROOT
@@ -52,7 +53,7 @@ from harness.study import (
     session_budget,
     session_resources,
 )
-from harness.transcript import canonical_json, utc_timestamp
+from harness.transcript import canonical_json
 
 LOCKS_DIR = "locks"
 ABSENT = "absent"

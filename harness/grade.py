@@ -35,9 +35,10 @@ from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness import events, images, records
+from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.sandbox import ExecResult, Sandbox, SandboxLimits
-from harness.transcript import read_events, utc_timestamp
+from harness.transcript import read_events
 
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"

@@ -34,6 +34,7 @@ from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec
 from harness.agent.toolsets import tools_for_arm
 from harness.agent.traincheck_tool import TraincheckTool
 from harness.budget import Budget, Ledger
+from harness.clock import utc_timestamp
 from harness.errors import HarnessError, Interrupted
 from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
@@ -58,7 +59,7 @@ from harness.study import (
     session_resources,
     task_ref,
 )
-from harness.transcript import TranscriptWriter, utc_timestamp
+from harness.transcript import TranscriptWriter
 from harness.workspace import (
     check_applies,
     compute_diff,

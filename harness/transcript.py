@@ -24,7 +24,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness import jsontext
+from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 
 GENESIS_HASH = "0" * 64
@@ -55,11 +56,6 @@ def event_hash(seq: int, ts: str, kind: str, data: dict[str, Any], prev_hash: st
     """sha256 hex of the canonical JSON of an event's content (everything but its own hash)."""
     content = {"seq": seq, "ts": ts, "kind": kind, "data": data, "prev_hash": prev_hash}
     return hashlib.sha256(canonical_json(content)).hexdigest()
-
-
-def utc_timestamp() -> str:
-    """Now, as ISO-8601 UTC with microseconds (``2024-05-01T12:00:00.123456Z``)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Event(BaseModel):
