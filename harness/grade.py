@@ -37,6 +37,7 @@ from grading.packet import load_packet_spec
 from harness import events, images, records
 from harness.clock import utc_timestamp
 from harness.errors import HarnessError
+from harness.records import GRADER_ERROR, RecordedVerdict
 from harness.sandbox import ExecResult, Sandbox, SandboxLimits
 from harness.transcript import read_events
 
@@ -51,7 +52,6 @@ JUDGE_USER = "0:0"
 JUDGE_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID")
 GRADE_JSON_MAX_BYTES = 16 * 1024**2
 OUTPUT_MAX_BYTES = 256 * 1024**2
-GRADER_ERROR = "grader_error"
 
 
 class GraderFailed(HarnessError):
@@ -327,7 +327,7 @@ class SnapshotGrade(BaseModel):
     call_id: str | None
     diff_sha256: str
     folder: str
-    verdict: str
+    verdict: RecordedVerdict
     contracts: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
 

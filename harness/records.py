@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from grading.hashing import file_sha256
+from grading.models import Verdict
 from harness import jsontext, outcomes
 from harness.budget import Usage
 from harness.errors import HarnessError
@@ -37,10 +38,13 @@ class DiffSummary(BaseModel):
     files_changed: list[str] = Field(default_factory=list)
 
 
+GRADER_ERROR: Literal["grader_error"] = "grader_error"
+# The grader's verdict, or ``grader_error`` when no trustworthy grade came back.
+RecordedVerdict = Verdict | Literal["grader_error"]
+
+
 class GradeSummary(BaseModel):
-    # The grader's verdict (grading.models.Verdict: complete, complete_on_cpu, incomplete,
-    # diff_rejected), or "grader_error" when no trustworthy grade came back.
-    verdict: str
+    verdict: RecordedVerdict
     folder: str
     counts: dict[str, int] = Field(default_factory=dict)
     # Declared configurations the grader could not run, with why (never counted as passed).

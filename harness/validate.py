@@ -20,6 +20,7 @@ from pathlib import Path
 import docker
 from pydantic import BaseModel, ConfigDict, Field
 
+from grading.models import Verdict
 from grading.yamlfile import M, YamlFileError, load_model
 from harness import images
 from harness.errors import HarnessError
@@ -48,7 +49,7 @@ class ValidationSpec(BaseModel):
 
 class VariantResult(BaseModel):
     variant: str
-    verdict: str
+    verdict: Verdict
     outcomes: dict[str, str]
     expected_failing: list[str]
     mismatches: list[str]
