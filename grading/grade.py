@@ -36,7 +36,12 @@ from pathlib import Path
 from grading import sealed
 from grading.apply import apply_diff
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.hidden import discover_hidden_tests, run_hidden_checks
+from grading.hidden import (
+    FAILING_OUTCOMES,
+    STOPPED_AT_FAILURE,
+    discover_hidden_tests,
+    run_hidden_checks,
+)
 from grading.layout import (
     HIDDEN_PREFIX,
     LOG_DIR,
@@ -152,7 +157,12 @@ def grade(opts: GradeOptions) -> GradeReport:
         sealed.check_reachable(tree)
         graded_sha = tree_sha256(tree)
         contracts = [run_public_tests(opts, layout)]
-        if checks.is_dir():
+        if opts.stop_at_first_failure and contracts[0].outcome in FAILING_OUTCOMES:
+            contracts += [ContractResult(id=HIDDEN_PREFIX + t.nodeid, kind="hidden_check",
+                                         statement=t.statement, outcome="not_run",
+                                         reason=STOPPED_AT_FAILURE)
+                          for t in (discover_hidden_tests(checks) if checks.is_dir() else [])]
+        elif checks.is_dir():
             _expect_same("the graded tree", tree, graded_sha)
             contracts += run_hidden_checks(opts, layout)
         else:

@@ -188,6 +188,8 @@ class _HiddenRunner:
             argv.append("--collect-only")
         else:
             argv += ["--junitxml", str(junit)]
+            if self.opts.stop_at_first_failure:
+                argv.append("--exitfirst")
         return argv + targets
 
     def _nodeid(self, printed_path: str, rest: str) -> str:
@@ -356,7 +358,7 @@ class _HiddenRunner:
                 )
                 break
             finished = self._round(round_no, targets)
-            if finished:
+            if finished or self._stopped_at_failure():
                 break
             collected = self._collect()
             if collected is None:
@@ -373,6 +375,8 @@ class _HiddenRunner:
             if round_no > len(collected) + 1:
                 self._leftovers("crash", "the grader lost track of this test across reruns")
                 break
+        if self._stopped_at_failure():
+            self._leftovers("not_run", STOPPED_AT_FAILURE)
         self._leftovers("crash", "pytest never reported this test")
         order = {t.nodeid: i for i, t in enumerate(self.expected)}
         return sorted(
@@ -438,6 +442,10 @@ class _HiddenRunner:
         )
         return False
 
+    def _stopped_at_failure(self) -> bool:
+        return self.opts.stop_at_first_failure and any(
+            c.outcome in FAILING_OUTCOMES for c in self.results.values())
+
     def _leftovers(
         self,
         outcome: Outcome,
@@ -456,6 +464,10 @@ class _HiddenRunner:
             self.results[nodeid] = self._contract(
                 nodeid, outcome, reason=reason, evidence=dict(evidence or {}), log=log
             )
+
+
+STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
+FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
 
 
 def _describe(res: RunResult) -> str:

@@ -55,6 +55,10 @@ class GradeOptions:
     hidden_test_timeout_s: float = 300.0
     # The hidden tree's digest as the host computed it; grading refuses any other tree.
     expect_hidden_sha256: str | None = None
+    # Mutation analysis (``grading.mutants``) only needs to know whether some contract fails:
+    # stop at the first failing one and report the rest ``not_run``. A session's grade never
+    # sets this; its report must hold every contract.
+    stop_at_first_failure: bool = False
 
 
 @dataclass(frozen=True)

@@ -773,6 +773,47 @@ def calibrate(task: Annotated[str, typer.Option(help="task id")],
                   f"{s.false_alarms}/{s.controls}")
 
 
+@app.command("oracle-strength")
+@clear_errors
+def oracle_strength_cmd(
+    task: Annotated[str, typer.Option(help="task id")],
+    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(help="where <task>.json/.md go (and where "
+                                             "<task>.equivalent.yaml is read)")] =
+    REPO_ROOT / "reports" / "oracle-strength",
+    limit: Annotated[int | None, typer.Option(help="at most this many mutants, sampled "
+                                              "evenly across operators")] = None,
+    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    operator: Annotated[list[str] | None, typer.Option(help="only these operators")] = None,
+    mutant: Annotated[list[str] | None, typer.Option(
+        help="only these mutant ids (e.g. to re-check survivors)")] = None,
+) -> None:
+    """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
+    from harness.oracle_strength import oracle_strength
+
+    packet_dir = packet or REPO_ROOT / "task_packets" / task
+    hidden_dir = hidden or REPO_ROOT / "hidden" / task
+    for needed in (packet_dir / "packet.yaml", hidden_dir / "reference" / "solution.patch"):
+        if not needed.is_file():
+            raise HarnessError(f"task {task!r}: {needed} is missing",
+                               "pass --packet/--hidden or add the task's files")
+    report = oracle_strength(task, packet_dir, hidden_dir, DEFAULT_RUNS / "oracle-strength" / task,
+                             report_dir, limit=limit,
+                             seed=seed, operators=set(operator) if operator else None,
+                             ids=set(mutant) if mutant else None, log=_log)
+    table = Table(title=f"oracle strength: {task}")
+    for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
+        table.add_column(column)
+    for row in report.by_operator:
+        table.add_row(row.operator, row.family, str(row.mutants), str(row.detected),
+                      str(row.survived), str(row.equivalent))
+    console.print(table)
+    score = "n/a" if report.score is None else f"{report.score:.1%}"
+    console.print(f"score {score} (goal {report.goal:.0%}); {report.survived} unmarked "
+                  f"survivor(s); report in {report_dir / (task + '.md')}")
+
+
 @app.command()
 @clear_errors
 def validate(

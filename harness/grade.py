@@ -124,9 +124,9 @@ def _spool(chunks: Iterable[bytes], cap: int) -> tempfile.SpooledTemporaryFile[b
     return spool
 
 
-def read_grader_output(chunks: Iterable[bytes], dest: Path, *, canaries: list[bytes]
-                       ) -> bytes:
-    """Read the archive of the grader's output folder; return ``grade.json``'s bytes.
+def read_grader_output(chunks: Iterable[bytes], dest: Path, *, canaries: list[bytes],
+                       main_file: str = "grade.json") -> bytes:
+    """Read the archive of the grader's output folder; return ``main_file``'s bytes.
 
     Only regular files and folders inside the folder are taken; links, devices and anything
     else are dropped and listed in ``dest/refused.txt``. Files land in ``dest`` (new), which is
@@ -155,9 +155,9 @@ def read_grader_output(chunks: Iterable[bytes], dest: Path, *, canaries: list[by
             if hit is not None:
                 raise GraderFailed(f"the grader's output file {'/'.join(rel)} holds the hidden "
                                    "canary", "hidden material must never leave the grader")
-            if rel == ("grade.json",):
+            if rel == (main_file,):
                 if member.size > GRADE_JSON_MAX_BYTES:
-                    raise GraderFailed(f"grade.json is {member.size} bytes, over the "
+                    raise GraderFailed(f"{main_file} is {member.size} bytes, over the "
                                        f"{GRADE_JSON_MAX_BYTES} cap", "see the grader's log")
                 grade_json = data
             target = dest.joinpath(*rel)
@@ -168,7 +168,7 @@ def read_grader_output(chunks: Iterable[bytes], dest: Path, *, canaries: list[by
     if refused:
         (dest / "refused.txt").write_text("\n".join(refused) + "\n")
     if grade_json is None:
-        raise GraderFailed("the grader left no regular grade.json", "see the grader's log")
+        raise GraderFailed(f"the grader left no regular {main_file}", "see the grader's log")
     return grade_json
 
 

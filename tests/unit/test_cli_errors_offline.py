@@ -66,3 +66,13 @@ def test_malformed_model_override(tmp_path: Path) -> None:
                      "--model", "gpt-without-provider")
     one_error_line(result, "PROVIDER:NAME")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("--mutant", "arith-0000000000", ("no mutant with id(s) ['arith-0000000000']",)),
+    ("--operator", "teleport", ("unknown mutation operator(s) ['teleport']",)),
+])
+def test_oracle_strength_bad_selection(option: str, value: str, words: tuple[str]) -> None:
+    fixture = "tests/fixtures/task_packets/tiny-regression"
+    one_error_line(harness("oracle-strength", "--task", "tiny-regression", "--packet", fixture,
+                           option, value), *words)

@@ -1,0 +1,200 @@
+"""``python -m grading.mutants``: grade many mutants of a task's reference in one container.
+
+Oracle mutation analysis (``harness oracle-strength``) asks one question per mutant: does any
+contract fail? Grading each in a fresh container, with every contract run, would cost minutes
+per mutant. Here one grader container grades them all in turn, and each grade:
+
+- is the real one (``grading.grade.grade``: diff applied as an agent's would be, locked paths
+  restored, public tests and hidden checks run as the candidate uid, per-check isolation from
+  the rerun-after-crash loop), with a fresh work folder per mutant, so nothing carries over;
+- stops at the first failing contract (``GradeOptions.stop_at_first_failure``): a killed
+  mutant costs its cheapest killing check, a survivor costs one full grade;
+- gives each hidden test a wall limit from the reference's own timings (3x its slowest check,
+  at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default.
+
+The unmutated reference is graded first, in full: an oracle that fails it would "kill" every
+mutant, so the run stops there with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from grading import sealed
+from grading.grade import grade
+from grading.hashing import grader_source_sha256, tree_sha256
+from grading.layout import PUBLIC_CONTRACT_ID, GradeOptions, GraderError
+from grading.models import ContractResult, Verdict, contract_configurations
+from grading.packet import PacketSpec, load_packet_spec
+
+MUTANTS_SCHEMA_VERSION = 1
+RESULTS_NAME = "mutants.json"
+PROGRESS_NAME = "mutants.jsonl"
+EXCERPT_LIMIT = 600
+
+MutantStatus = Literal["killed", "timed_out", "crashed_at_import", "survived", "not_applied"]
+# What counts as detected in the score: every status but ``survived`` (``not_applied`` never
+# reaches a score: the generator only writes diffs that apply).
+DETECTED: frozenset[str] = frozenset({"killed", "timed_out", "crashed_at_import"})
+
+# pytest's words for a test module that could not be imported.
+_IMPORT_FAILURE = re.compile(
+    r"ImportError while importing|ERROR collecting|errors during collection")
+
+
+class MutantResult(BaseModel):
+    """How one mutant fared: which contract killed it, on which configurations, and why."""
+
+    id: str
+    status: MutantStatus
+    killed_by: str | None = None
+    outcome: str | None = None
+    configurations: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    excerpt: str | None = None
+    contracts_run: int = 0
+    duration_s: float = 0.0
+
+
+class MutantsReport(BaseModel):
+    """``mutants.json``: the reference's grade and every mutant's result, in grading order."""
+
+    schema_version: int = MUTANTS_SCHEMA_VERSION
+    task_id: str
+    reference_verdict: Verdict
+    reference_failing: list[str] = Field(default_factory=list)
+    reference_duration_s: float
+    hidden_test_timeout_s: float
+    grader_source_sha256: str
+    hidden_tree_sha256: str
+    mutants: list[MutantResult] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
+             duration_s: float) -> MutantResult:
+    """The mutant's status from its (first-failure) grade."""
+    ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
+    if not applied:
+        return MutantResult(id=mutant_id, status="not_applied", duration_s=duration_s,
+                            reason="the mutant's diff does not apply to the baseline")
+    killer = next((c for c in ran if c.outcome != "pass"), None)
+    if killer is None:
+        return MutantResult(id=mutant_id, status="survived", contracts_run=len(ran),
+                            duration_s=duration_s)
+    text = "\n".join(str(killer.evidence.get(k, "")) for k in ("excerpt", "message", "details"))
+    status: MutantStatus = "killed"
+    if killer.outcome == "hang":
+        status = "timed_out"
+    elif killer.id == PUBLIC_CONTRACT_ID and _IMPORT_FAILURE.search(text):
+        status = "crashed_at_import"
+    excerpt = text.strip()
+    return MutantResult(
+        id=mutant_id, status=status, killed_by=killer.id, outcome=killer.outcome,
+        configurations=contract_configurations(killer), reason=killer.reason,
+        excerpt=excerpt[-EXCERPT_LIMIT:] if excerpt else None,
+        contracts_run=len(ran), duration_s=duration_s)
+
+
+def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out: Path,
+             work: Path, *, first_failure: bool, test_timeout_s: float) -> GradeOptions:
+    return GradeOptions(
+        baseline=args.baseline.resolve(), packet=packet_spec,
+        diff=diff.resolve(), hidden=args.hidden.resolve(), out=out, submission_id=diff.stem,
+        work=work, hidden_timeout_s=args.mutant_timeout_s, hidden_test_timeout_s=test_timeout_s,
+        expect_hidden_sha256=args.expect_hidden_sha256, stop_at_first_failure=first_failure)
+
+
+def _fresh(path: Path) -> Path:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
+def run(args: argparse.Namespace) -> MutantsReport:
+    t0 = time.monotonic()
+    packet = load_packet_spec(args.packet)
+    scratch = args.work.resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    hidden_sha = tree_sha256(args.hidden)
+
+    # The unmutated reference, every contract: the baseline of the whole analysis.
+    ref = grade(_options(args, packet, args.reference_diff, _fresh(scratch / "ref-out"),
+                         _fresh(scratch / "ref-work"), first_failure=False,
+                         test_timeout_s=args.reference_test_timeout_s))
+    slowest = max((float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts),
+                  default=0.0)
+    test_timeout = args.test_timeout_s or max(60.0, 3 * slowest)
+    report = MutantsReport(
+        task_id=packet.id, reference_verdict=ref.verdict,
+        reference_failing=[c.id for c in ref.contracts if c.outcome not in ("pass", "not_run")],
+        reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
+        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha)
+    if ref.verdict not in ("complete", "complete_on_cpu"):
+        return report
+
+    ids = json.loads((args.mutants / "index.json").read_text())
+    progress = args.out / PROGRESS_NAME
+    for n, mutant_id in enumerate(ids, 1):
+        diff = args.mutants / f"{mutant_id}.diff"
+        m0 = time.monotonic()
+        graded = grade(_options(args, packet, diff, _fresh(scratch / "out"),
+                                _fresh(scratch / "work"), first_failure=True,
+                                test_timeout_s=test_timeout))
+        result = classify(mutant_id, graded.contracts, graded.diff.applied,
+                          round(time.monotonic() - m0, 2))
+        report.mutants.append(result)
+        with progress.open("a") as fh:
+            fh.write(result.model_dump_json() + "\n")
+        print(f"mutant {n}/{len(ids)} {mutant_id}: {result.status}"
+              + (f" by {result.killed_by}" if result.killed_by else ""), flush=True)
+    report.duration_s = round(time.monotonic() - t0, 2)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return report
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m grading.mutants",
+                                description="Grade a task's reference mutants.")
+    p.add_argument("--baseline", type=Path, required=True)
+    p.add_argument("--packet", type=Path, required=True)
+    p.add_argument("--hidden", type=Path, required=True)
+    p.add_argument("--reference-diff", type=Path, required=True)
+    p.add_argument("--mutants", type=Path, required=True,
+                   help="folder with index.json (mutant ids, in grading order) and <id>.diff")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--expect-hidden-sha256", default=None)
+    p.add_argument("--mutant-timeout-s", type=float, default=900.0,
+                   help="wall time for one mutant's hidden checks together")
+    p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
+    p.add_argument("--test-timeout-s", type=float, default=0.0,
+                   help="per hidden test limit for mutants (0: 3x the reference's slowest)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        sealed.candidate()
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = run(args)
+    except (GraderError, sealed.SealError, ValueError, OSError) as exc:
+        print(f"grading.mutants: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    (args.out / RESULTS_NAME).write_text(report.model_dump_json(indent=1) + "\n")
+    print(f"grading.mutants: {len(report.mutants)} mutants graded in {report.duration_s:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,295 @@
+"""``harness oracle-strength``: how many realistic mistakes in the reference do the checks catch?
+
+Gold validation shows each check fails the faults its authors wrote. Mutation analysis asks
+about the mistakes nobody wrote down: mutants of the reference's own lines
+(``harness.mutation``) are graded by the real hidden checks in the grader image, on every CPU
+configuration the checks run, all in one grader container (``grading.mutants``). The score
+is detected / (mutants not marked equivalent). A surviving mutant is either a blind spot of
+the oracle, or equivalent to the reference (no observable difference): a human decides, in
+``reports/oracle-strength/<task>.equivalent.yaml`` with the reason, and the report lists every
+survivor with its change so they can.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
+
+from grading.hashing import grader_source_sha256, tree_sha256
+from grading.mutants import DETECTED, RESULTS_NAME, MutantResult, MutantsReport
+from grading.yamlfile import YamlFileError, load_model
+from harness import images
+from harness.clock import utc_timestamp
+from harness.errors import HarnessError
+from harness.grade import (
+    INPUT_DIR,
+    JUDGE_USER,
+    OUTPUT_DIR,
+    WORK_DIR,
+    GraderFailed,
+    grader_sandbox,
+    read_grader_output,
+    tar_inputs,
+)
+from harness.mutation import OPERATORS, Mutant, generate_mutants
+from harness.records import new_numbered_dir
+from harness.workspace import snapshot_baseline
+
+REPORT_SCHEMA_VERSION = 1
+GOAL = 0.9
+
+
+class Equivalents(RootModel[dict[str, str]]):
+    """``<task>.equivalent.yaml``: mutant id -> why it cannot be told from the reference."""
+
+
+class MutantEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mutant: Mutant
+    result: MutantResult
+    equivalent: str | None = None  # the reason, when a human marked it equivalent
+
+
+class OperatorRow(BaseModel):
+    operator: str
+    family: str
+    mutants: int
+    detected: int
+    survived: int
+    equivalent: int
+
+
+class OracleStrengthReport(BaseModel):
+    """``reports/oracle-strength/<task>.json``."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    task: str
+    generated_at: str
+    seed: int
+    limit: int | None
+    grader_source_sha256: str
+    hidden_tree_sha256: str
+    reference_verdict: str
+    hidden_test_timeout_s: float
+    duration_s: float
+    mutants_total: int
+    detected: int
+    survived: int
+    equivalent: int
+    score: float | None
+    goal: float = GOAL
+    by_operator: list[OperatorRow]
+    # Contract id -> how many mutants it was the first to kill.
+    kills_by_contract: dict[str, int]
+    entries: list[MutantEntry] = Field(default_factory=list)
+
+
+def load_equivalents(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    try:
+        marked = load_model(path, Equivalents, what="equivalent-mutants file")
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "each entry is `<mutant id>: <why it is equivalent>`"
+                           ) from None
+    assert isinstance(marked, Equivalents)
+    short = [k for k, why in marked.root.items() if len(why.strip()) < 10]
+    if short:
+        raise HarnessError(f"{path}: mutant(s) {short} are marked equivalent without a reason",
+                           "give each one sentence saying why no check can tell it apart")
+    return marked.root
+
+
+def _redact(text: str, canary: str) -> str:
+    return text.replace(canary, "[canary]") if canary else text
+
+
+def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
+                 equivalents: dict[str, str], *, seed: int, limit: int | None,
+                 canary: str = "") -> OracleStrengthReport:
+    """Join mutants with their results and the human equivalence marks; compute the score."""
+    results = {r.id: r for r in graded.mutants}
+    entries: list[MutantEntry] = []
+    for mutant in mutants:
+        result = results.get(mutant.id)
+        if result is None:
+            continue  # the run stopped before it (reported as fewer mutants)
+        shown = mutant.model_copy(update={"change": _redact(mutant.change, canary),
+                                          "original": _redact(mutant.original, canary),
+                                          "mutated": _redact(mutant.mutated, canary)})
+        if result.excerpt:
+            result = result.model_copy(update={"excerpt": _redact(result.excerpt, canary)})
+        reason = equivalents.get(mutant.id) if result.status == "survived" else None
+        entries.append(MutantEntry(mutant=shown, result=result, equivalent=reason))
+    rows = []
+    for op in OPERATORS:
+        mine = [e for e in entries if e.mutant.operator == op]
+        if mine:
+            rows.append(OperatorRow(
+                operator=op, family=OPERATORS[op][0], mutants=len(mine),
+                detected=sum(e.result.status in DETECTED for e in mine),
+                survived=sum(e.result.status == "survived" and e.equivalent is None
+                             for e in mine),
+                equivalent=sum(e.equivalent is not None for e in mine)))
+    detected = sum(r.detected for r in rows)
+    equivalent = sum(r.equivalent for r in rows)
+    scored = len(entries) - equivalent
+    kills = Counter(e.result.killed_by for e in entries if e.result.killed_by)
+    return OracleStrengthReport(
+        task=task, generated_at=utc_timestamp(), seed=seed, limit=limit,
+        grader_source_sha256=graded.grader_source_sha256,
+        hidden_tree_sha256=graded.hidden_tree_sha256,
+        reference_verdict=graded.reference_verdict,
+        hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
+        mutants_total=len(entries), detected=detected,
+        survived=sum(r.survived for r in rows), equivalent=equivalent,
+        score=round(detected / scored, 4) if scored else None,
+        by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
+
+
+def render_markdown(report: OracleStrengthReport) -> str:
+    score = "n/a" if report.score is None else f"{report.score:.1%}"
+    met = report.score is not None and report.score >= report.goal
+    lines = [
+        f"# Oracle strength: {report.task}", "",
+        f"Score: **{score}** (detected {report.detected} of {report.mutants_total} mutants, "
+        f"{report.equivalent} marked equivalent; goal {report.goal:.0%}: "
+        f"{'met' if met else 'NOT met'}).", "",
+        f"Generated {report.generated_at} with seed {report.seed}"
+        + (f", limit {report.limit}" if report.limit else "") +
+        f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
+        f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min in one grader "
+        f"container (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
+        f"`{report.reference_verdict}` first.", "",
+        "Detected = killed by a failing contract, timed out, or crashed at import.", "",
+        "| operator | family | mutants | detected | survived | equivalent |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {r.operator} | {r.family} | {r.mutants} | {r.detected} | {r.survived} | "
+              f"{r.equivalent} |" for r in report.by_operator]
+    lines += ["", "## First killing contract", "", "| contract | mutants |", "| --- | --- |"]
+    lines += [f"| `{c}` | {n} |" for c, n in report.kills_by_contract.items()]
+    statuses = Counter(e.result.status for e in report.entries)
+    lines += ["", "Statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))]
+    survivors = [e for e in report.entries if e.result.status == "survived"]
+    if survivors:
+        lines += ["", "## Surviving mutants", ""]
+        for e in survivors:
+            mark = (f"equivalent: {e.equivalent}" if e.equivalent
+                    else "**not marked: a blind spot, or mark it equivalent with the reason**")
+            lines += [f"### `{e.mutant.id}` ({e.mutant.operator}, {e.mutant.path}:"
+                      f"{e.mutant.line})", "", mark, "", "```diff", e.mutant.change.rstrip(),
+                      "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Path,
+                   hidden: Path, reference: bytes, mutants: list[Mutant], out_dir: Path,
+                   *, timeout_s: float, log: Callable[[str], None]) -> MutantsReport:
+    """Every mutant graded in one fresh grader container; the bounded results file back."""
+    with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
+        folder = Path(tmp) / "mutants"
+        folder.mkdir()
+        (folder / "index.json").write_text(json.dumps([m.id for m in mutants]))
+        for m in mutants:
+            (folder / f"{m.id}.diff").write_text(m.diff)
+        reference_diff = Path(tmp) / "reference.diff"
+        reference_diff.write_bytes(reference)
+        hidden_sha = tree_sha256(hidden)
+        run_id = uuid.uuid4().hex
+        with grader_sandbox(client, images.image_id(client, "grader"),
+                            name_hint=f"mutants-{run_id[:12]}",
+                            labels={"org.harness.role": "grader",
+                                    "org.harness.submission": run_id}) as sandbox:
+            sandbox.exec(["sh", "-c", f"mkdir -p {INPUT_DIR} {OUTPUT_DIR} {WORK_DIR} && "
+                          f"chmod 700 {INPUT_DIR} {OUTPUT_DIR} && chmod 711 {WORK_DIR}"],
+                         timeout_s=30, user=JUDGE_USER)
+            sandbox.put_archive(INPUT_DIR, tar_inputs({
+                "baseline": baseline, "packet.yaml": packet_yaml, "hidden": hidden,
+                "reference.diff": reference_diff, "mutants": folder}))
+            log(f"grading the reference, then {len(mutants)} mutants, in one grader container")
+            result = sandbox.exec(
+                ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
+                 "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
+                 "--reference-diff", f"{INPUT_DIR}/reference.diff",
+                 "--mutants", f"{INPUT_DIR}/mutants", "--out", OUTPUT_DIR,
+                 "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", hidden_sha],
+                timeout_s=timeout_s, artifact=out_dir / "grader-output.log", user=JUDGE_USER)
+            if result.timed_out or result.exit_code != 0:
+                why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+                raise GraderFailed(f"the mutant grader {why}",
+                                   f"see {out_dir / 'grader-output.log'}")
+            canary_file = hidden / "CANARY"
+            canaries = [canary_file.read_text().strip().encode()] if canary_file.is_file() else []
+            raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
+                                     canaries=canaries, main_file=RESULTS_NAME)
+    try:
+        graded = MutantsReport.model_validate_json(raw)
+    except ValidationError as exc:
+        raise GraderFailed(f"{RESULTS_NAME} is not valid ({exc.errors()[0]['msg']})",
+                           "rebuild the grader image: harness images build grader") from None
+    if graded.grader_source_sha256 != grader_source_sha256():
+        raise GraderFailed("the grader image is not this checkout's grading code",
+                           "rebuild the images: harness images build grader")
+    if graded.hidden_tree_sha256 != hidden_sha:
+        raise GraderFailed("the mutants were graded against another hidden tree",
+                           "re-run; the hidden tree must not change during the run")
+    return graded
+
+
+def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
+                    report_dir: Path, *, limit: int | None = None, seed: int = 0,
+                    operators: set[str] | None = None, ids: set[str] | None = None,
+                    per_mutant_s: float = 600.0,
+                    client: docker.DockerClient | None = None,
+                    log: Callable[[str], None] = print) -> OracleStrengthReport:
+    """Generate, grade and score the task's mutants; write the report under ``report_dir``
+    and the run's mutants, log and raw results in a new ``runs_root/run-N``."""
+    reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
+    equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
+    with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
+        baseline = Path(tmp) / "baseline"
+        snapshot_baseline(packet_dir / "repo", baseline)
+        try:
+            mutants = generate_mutants(baseline, reference, limit=limit, seed=seed,
+                                       operators=operators, ids=ids)
+        except ValueError as exc:
+            raise HarnessError(str(exc), "pass known operator names and mutant ids (see the "
+                               "task's report)") from None
+        if not mutants:
+            raise HarnessError(f"no mutant of {task}'s reference could be generated",
+                               "the reference changes no Python line")
+        client = client or images.docker_client()
+        out_dir = new_numbered_dir(runs_root, "run")
+        log(f"{len(mutants)} mutants of {task}'s reference "
+            f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
+        (out_dir / "mutants.json").write_text(json.dumps(
+            [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
+        graded = _grade_mutants(client, baseline, packet_dir / "packet.yaml", hidden_dir,
+                                reference, mutants, out_dir,
+                                timeout_s=900.0 + per_mutant_s * len(mutants), log=log)
+    if graded.reference_verdict not in ("complete", "complete_on_cpu"):
+        raise HarnessError(f"the hidden checks fail {task}'s unmutated reference "
+                           f"({', '.join(graded.reference_failing) or graded.reference_verdict})",
+                           f"run harness validate --task {task} and fix the oracle first")
+    canary_file = hidden_dir / "CANARY"
+    canary = canary_file.read_text().strip() if canary_file.is_file() else ""
+    report = score_report(task, mutants, graded, equivalents, seed=seed, limit=limit,
+                          canary=canary)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / f"{task}.json").write_text(report.model_dump_json(indent=1) + "\n")
+    (report_dir / f"{task}.md").write_text(render_markdown(report))
+    stale = sorted(set(equivalents) - {e.mutant.id for e in report.entries
+                                        if e.equivalent is not None})
+    if stale and limit is None and operators is None and ids is None:
+        log(f"note: marked equivalent but not surviving (killed now, or no longer generated): "
+            f"{', '.join(stale)}")
+    return report

@@ -1,0 +1,48 @@
+"""``harness oracle-strength`` on the fixture task: real mutants, graded by the real checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.oracle_strength import OracleStrengthReport, oracle_strength
+from harness.paths import REPO_ROOT
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
+HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
+# Deleting ``scheduler.step()`` leaves the learning rate at its first warmup value: a hidden
+# warmup check must kill it. A dataclass default of 1 warmup step ramps nothing (factor
+# min(1, (s + 1) / 1) is 1 on every step), so no check can tell it from 0: it survives.
+KILLABLE = "delete-statement-c4c02162e5"
+EQUIVALENT = "default-2492d4d92c"
+
+
+def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "tiny-regression.equivalent.yaml").write_text(
+        f"{EQUIVALENT}: one warmup step multiplies every step's lr by min(1, (s + 1) / 1) = 1, "
+        "exactly what warmup 0 does\n")
+    report = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
+                             ids={KILLABLE, EQUIVALENT}, log=lambda _m: None)
+    assert report.reference_verdict == "complete"
+    entries = {e.mutant.id: e for e in report.entries}
+    assert set(entries) == {KILLABLE, EQUIVALENT}
+    killed = entries[KILLABLE].result
+    assert killed.status == "killed", killed
+    assert killed.killed_by is not None and killed.killed_by.startswith("hidden:test_warmup.py::")
+    assert killed.configurations == ["cpu-1"]
+    survivor = entries[EQUIVALENT]
+    assert survivor.result.status == "survived" and survivor.equivalent is not None
+    # Stopped at the first failing contract, but the survivor ran every one.
+    assert survivor.result.contracts_run > killed.contracts_run
+    assert (report.detected, report.equivalent, report.score) == (1, 1, 1.0)
+
+    # The committed artefacts: the report as written, and readable by a person.
+    saved = OracleStrengthReport.model_validate_json(
+        (reports / "tiny-regression.json").read_text())
+    assert saved.score == 1.0
+    markdown = (reports / "tiny-regression.md").read_text()
+    assert "Score: **100.0%**" in markdown and f"`{EQUIVALENT}`" in markdown
+    canary = (HIDDEN / "CANARY").read_text().strip()
+    assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
+

@@ -1,0 +1,193 @@
+"""The mutant generator: only the reference's lines, one readable edit each, every one compiles."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from grading.models import ContractResult
+from grading.mutants import classify
+from harness.errors import HarnessError
+from harness.mutation import (
+    OPERATORS,
+    Mutant,
+    changed_lines,
+    generate_mutants,
+    sample_evenly,
+)
+from harness.oracle_strength import load_equivalents
+from harness.paths import REPO_ROOT
+from harness.workspace import compute_diff, snapshot_baseline
+
+FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
+REFERENCE = (REPO_ROOT / "hidden" / "tiny-regression" / "reference" / "solution.patch")
+
+BASE = '''import math
+import torch
+import torch.distributed as dist
+
+
+def f(x):
+    return x
+'''
+FEATURE = '''import math
+import torch
+import torch.distributed as dist
+
+
+def f(x):
+    return x
+
+
+def shard(n, rank, world_size, x, block):
+    per_rank = math.ceil(n / world_size)
+    start = rank * per_rank
+    y = x.to(torch.float64).mean(dim=0) / world_size
+    dist.all_reduce(y, op=dist.ReduceOp.SUM)
+    z = torch.zeros(3, dtype=torch.float32, device=x.device)
+    with block.no_sync():
+        h = x + block(x).detach()
+    state = {"step": 1, "weights": h}
+    for i in range(start, start + per_rank):
+        if i >= n and not False:
+            break
+    return y, z, state, -(-n // world_size)
+'''
+
+
+def _repo(tmp_path: Path, text: str) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "mod.py").write_text(text)
+    return repo
+
+
+@pytest.fixture
+def feature(tmp_path: Path) -> tuple[Path, bytes]:
+    baseline = tmp_path / "baseline"
+    snapshot_baseline(_repo(tmp_path, BASE), baseline)
+    after = tmp_path / "after"
+    snapshot_baseline(_repo(tmp_path, FEATURE), after)
+    patch, _ = compute_diff(baseline, after, max_diff_bytes=1 << 20)
+    return baseline, patch
+
+
+def test_changed_lines_are_the_new_side_of_added_lines(feature: tuple[Path, bytes]) -> None:
+    _, patch = feature
+    lines = changed_lines(patch)
+    assert set(lines) == {"mod.py"}
+    # FEATURE is BASE (7 lines) with lines appended: exactly the appended ones count.
+    assert lines["mod.py"] == set(range(8, len(FEATURE.splitlines()) + 1))
+
+
+def test_every_operator_family_fires_and_every_mutant_compiles(
+        feature: tuple[Path, bytes]) -> None:
+    baseline, patch = feature
+    mutants = generate_mutants(baseline, patch)
+    ops = Counter(m.operator for m in mutants)
+    for expected in ("arith", "compare", "boolean", "constant", "negate-condition",
+                     "delete-statement", "reduction", "collective-drop", "collective-dup",
+                     "no-sync", "world-size", "ceil-floor", "off-by-one", "device-dtype",
+                     "residual", "detach", "rank-offset", "state-key"):
+        assert ops[expected] > 0, f"operator {expected} produced nothing: {ops}"
+    assert set(ops) <= set(OPERATORS)
+    assert len({m.id for m in mutants}) == len(mutants)
+    for m in mutants:
+        assert m.path == "mod.py" and m.line > 7
+        # The graded diff applies to the baseline and holds exactly one changed line set.
+        assert m.diff.startswith("diff --git a/mod.py b/mod.py")
+        edited = [ln for ln in m.change.splitlines() if ln[:1] in "+-"
+                  and not ln.startswith(("---", "+++"))]
+        assert edited, m.change
+    # Specific edits a reader would expect.
+    changes = {m.mutated for m in mutants}
+    assert "per_rank = math.floor(n / world_size)" in changes
+    assert "pass" in {m.mutated for m in mutants if m.operator == "collective-drop"}
+    assert "z = torch.zeros(3, dtype=torch.float32)" in changes
+    assert "z = torch.zeros(3, device=x.device)" in changes
+    assert "y = (x).mean(dim=0) / world_size" in changes
+    assert "y = (x.to(torch.float64).mean(dim=0))" in changes
+    assert "h = x + (block(x))" in changes
+    assert "start = 0" in changes
+    assert "dist.all_reduce(y, op=dist.ReduceOp.AVG)" in changes
+
+
+def test_mutants_are_stable_and_sampling_is_even(feature: tuple[Path, bytes]) -> None:
+    baseline, patch = feature
+    everything = generate_mutants(baseline, patch)
+    again = generate_mutants(baseline, patch)
+    assert [m.id for m in everything] == [m.id for m in again]
+    sample = generate_mutants(baseline, patch, limit=18, seed=7)
+    per_op = Counter(m.operator for m in sample)
+    # 18 operators fire here; a limit of 18 takes one of each, never 18 of the largest.
+    assert len(sample) == 18 and max(per_op.values()) == 1
+    assert [m.id for m in generate_mutants(baseline, patch, limit=18, seed=7)] == \
+        [m.id for m in sample]
+    picked = {everything[0].id, everything[-1].id}
+    assert {m.id for m in generate_mutants(baseline, patch, ids=picked)} == picked
+    with pytest.raises(ValueError, match="no mutant with id"):
+        generate_mutants(baseline, patch, ids={"arith-0000000000"})
+    with pytest.raises(ValueError, match="unknown mutation operator"):
+        generate_mutants(baseline, patch, operators={"teleport"})
+
+
+def test_sample_evenly_round_robins() -> None:
+    def m(op: str, n: int) -> Mutant:
+        return Mutant(id=f"{op}-{n}", operator=op, family="classic", path="p", line=1,
+                      original="", mutated="", change="", diff="")
+    pools = {"a": [m("a", i) for i in range(10)], "b": [m("b", 0)], "c": [m("c", 0),
+                                                                       m("c", 1)]}
+    picked = Counter(x.operator for x in sample_evenly(pools, 5, 0))
+    assert picked == {"a": 2, "b": 1, "c": 2}
+
+
+def test_the_fixture_reference_yields_compiling_mutants(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline"
+    snapshot_baseline(FIXTURE / "repo", baseline)
+    mutants = generate_mutants(baseline, REFERENCE.read_bytes())
+    assert len(mutants) >= 30
+    for m in mutants:
+        tree = tmp_path / m.id
+        from harness.workspace import apply_patch
+
+        apply_patch(baseline, m.diff.encode(), tree)
+        ast.parse((tree / m.path).read_text())
+
+
+def _contract(cid: str, outcome: str, **evidence: object) -> ContractResult:
+    return ContractResult(id=cid, kind="hidden_check" if cid.startswith("hidden:")
+                          else "public_tests", statement="s", outcome=outcome,  # type: ignore[arg-type]
+                          evidence=dict(evidence))
+
+
+def test_classify_names_the_first_killer_and_the_import_crash() -> None:
+    survived = classify("m", [_contract("public-tests", "pass"),
+                              _contract("hidden:t.py::a", "pass")], True, 1.0)
+    assert survived.status == "survived" and survived.contracts_run == 2
+    killed = classify("m", [_contract("public-tests", "pass"),
+                            _contract("hidden:t.py::a", "fail", properties={
+                                "configurations": "gloo-ddp-2, gloo-fsdp-2"}),
+                            _contract("hidden:t.py::b", "not_run")], True, 1.0)
+    assert (killed.status, killed.killed_by, killed.configurations) == (
+        "killed", "hidden:t.py::a", ["gloo-ddp-2", "gloo-fsdp-2"])
+    hung = classify("m", [_contract("public-tests", "hang")], True, 1.0)
+    assert hung.status == "timed_out"
+    imported = classify("m", [_contract("public-tests", "fail",
+                                        excerpt="ImportError while importing test module")],
+                        True, 1.0)
+    assert imported.status == "crashed_at_import"
+    assert classify("m", [], False, 0.0).status == "not_applied"
+
+
+def test_equivalence_marks_need_a_reason(tmp_path: Path) -> None:
+    path = tmp_path / "t.equivalent.yaml"
+    path.write_text("arith-1234567890: the value is multiplied by 1 on every path\n")
+    assert load_equivalents(path) == {
+        "arith-1234567890": "the value is multiplied by 1 on every path"}
+    path.write_text("arith-1234567890: same\n")
+    with pytest.raises(HarnessError, match="without a reason"):
+        load_equivalents(path)
+    assert load_equivalents(tmp_path / "absent.yaml") == {}
