@@ -19,7 +19,10 @@ LOG_DIR = "logs"
 EXCERPT_CHARS = 3000
 # Environment variables passed from the grader's own environment to graded commands; everything
 # else is dropped so nothing from the grading host (PYTEST_ADDOPTS, PYTHONPATH, ...) leaks in.
-PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+# GRADING_TRACE_*: line coverage of the reference during mutation analysis (grading/trace.py);
+# only grading.mutants sets them in the judge's environment, and only for the reference.
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                   "GRADING_TRACE_DIR", "GRADING_TRACE_ROOT")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Same role as the harness's attributes: in-tree .gitattributes cannot make git apply convert,
 # filter or re-encode anything.

@@ -10,7 +10,10 @@ per mutant. Here one grader container grades them all in turn, and each grade:
 - stops at the first failing contract (``GradeOptions.stop_at_first_failure``): a killed
   mutant costs its cheapest killing check, a survivor costs one full grade;
 - gives each hidden test a wall limit from the reference's own timings (3x its slowest check,
-  at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default.
+  at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default;
+- is skipped when the mutated statement never ran while the reference was graded (line
+  coverage from ``grading.trace``): no check can see a change in code it never executes, so
+  the mutant is a survivor, recorded as ``covered: false``, at no cost.
 
 The unmutated reference is graded first, in full: an oracle that fails it would "kill" every
 mutant, so the run stops there with the reason.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -29,7 +33,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from grading import sealed
+from grading import sealed, trace
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.layout import PUBLIC_CONTRACT_ID, GradeOptions, GraderError
@@ -63,6 +67,18 @@ class MutantResult(BaseModel):
     excerpt: str | None = None
     contracts_run: int = 0
     duration_s: float = 0.0
+    # False: no line of the mutated statement ran in any process of the reference's grade, so
+    # the mutant was not graded (it survives every check by construction).
+    covered: bool = True
+
+
+class MutantSpec(BaseModel):
+    """One entry of the mutants folder's ``index.json``: the mutant and its statement's lines."""
+
+    id: str
+    path: str
+    first_line: int
+    last_line: int
 
 
 class MutantsReport(BaseModel):
@@ -76,6 +92,8 @@ class MutantsReport(BaseModel):
     hidden_test_timeout_s: float
     grader_source_sha256: str
     hidden_tree_sha256: str
+    # Whether line coverage of the reference was recorded (if not, every mutant is graded).
+    coverage_recorded: bool = False
     mutants: list[MutantResult] = Field(default_factory=list)
     duration_s: float = 0.0
 
@@ -127,10 +145,20 @@ def run(args: argparse.Namespace) -> MutantsReport:
     scratch.mkdir(parents=True, exist_ok=True)
     hidden_sha = tree_sha256(args.hidden)
 
-    # The unmutated reference, every contract: the baseline of the whole analysis.
-    ref = grade(_options(args, packet, args.reference_diff, _fresh(scratch / "ref-out"),
-                         _fresh(scratch / "ref-work"), first_failure=False,
-                         test_timeout_s=args.reference_test_timeout_s))
+    # The unmutated reference, every contract, traced: the baseline of the whole analysis.
+    trace_dir = _fresh(scratch / "trace")
+    # The candidate uid creates its trace files here but cannot list or read the others'.
+    trace_dir.chmod(0o1733)
+    os.environ[trace.TRACE_DIR_VAR] = str(trace_dir)
+    os.environ[trace.TRACE_ROOT_VAR] = str(scratch)
+    try:
+        ref = grade(_options(args, packet, args.reference_diff, _fresh(scratch / "ref-out"),
+                             _fresh(scratch / "ref-work"), first_failure=False,
+                             test_timeout_s=args.reference_test_timeout_s))
+    finally:
+        os.environ.pop(trace.TRACE_DIR_VAR, None)
+        os.environ.pop(trace.TRACE_ROOT_VAR, None)
+    ran = trace.read_lines(str(trace_dir))
     slowest = max((float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts),
                   default=0.0)
     test_timeout = args.test_timeout_s or max(60.0, 3 * slowest)
@@ -138,24 +166,31 @@ def run(args: argparse.Namespace) -> MutantsReport:
         task_id=packet.id, reference_verdict=ref.verdict,
         reference_failing=[c.id for c in ref.contracts if c.outcome not in ("pass", "not_run")],
         reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
-        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha)
+        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha,
+        coverage_recorded=bool(ran))
     if ref.verdict not in ("complete", "complete_on_cpu"):
         return report
 
-    ids = json.loads((args.mutants / "index.json").read_text())
+    specs = [MutantSpec.model_validate(e)
+             for e in json.loads((args.mutants / "index.json").read_text())]
     progress = args.out / PROGRESS_NAME
-    for n, mutant_id in enumerate(ids, 1):
-        diff = args.mutants / f"{mutant_id}.diff"
-        m0 = time.monotonic()
-        graded = grade(_options(args, packet, diff, _fresh(scratch / "out"),
-                                _fresh(scratch / "work"), first_failure=True,
-                                test_timeout_s=test_timeout))
-        result = classify(mutant_id, graded.contracts, graded.diff.applied,
-                          round(time.monotonic() - m0, 2))
+    for n, spec in enumerate(specs, 1):
+        mutant_id = spec.id
+        if ran and not trace.lines_of(ran, spec.path) & set(
+                range(spec.first_line, spec.last_line + 1)):
+            result = MutantResult(id=mutant_id, status="survived", covered=False,
+                                  reason="no line of the mutated statement ran in any check")
+        else:
+            m0 = time.monotonic()
+            graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
+                                    _fresh(scratch / "out"), _fresh(scratch / "work"),
+                                    first_failure=True, test_timeout_s=test_timeout))
+            result = classify(mutant_id, graded.contracts, graded.diff.applied,
+                              round(time.monotonic() - m0, 2))
         report.mutants.append(result)
         with progress.open("a") as fh:
             fh.write(result.model_dump_json() + "\n")
-        print(f"mutant {n}/{len(ids)} {mutant_id}: {result.status}"
+        print(f"mutant {n}/{len(specs)} {mutant_id}: {result.status}"
               + (f" by {result.killed_by}" if result.killed_by else ""), flush=True)
     report.duration_s = round(time.monotonic() - t0, 2)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -170,7 +205,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=Path, required=True)
     p.add_argument("--reference-diff", type=Path, required=True)
     p.add_argument("--mutants", type=Path, required=True,
-                   help="folder with index.json (mutant ids, in grading order) and <id>.diff")
+                   help="folder with index.json (MutantSpec entries, in grading order) and "
+                   "<id>.diff")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--expect-hidden-sha256", default=None)

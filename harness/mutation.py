@@ -90,6 +90,9 @@ class Mutant(BaseModel):
     line: int
     original: str
     mutated: str
+    # The innermost statement holding the edit, in the reference's file.
+    first_line: int = 0
+    last_line: int = 0
     # reference -> mutant: the one edit, as a unified diff a reviewer reads.
     change: str
     # baseline -> reference with this one edit, as ``git diff --binary``: what is graded. Kept
@@ -103,6 +106,10 @@ class _Edit:
     start: int  # byte offsets into the file
     end: int
     replacement: str
+    # Lines of the innermost statement holding the edit: if none of them ran while the
+    # reference was graded, no check can see the mutant (grading.trace).
+    first_line: int
+    last_line: int
 
 
 def changed_lines(patch: bytes) -> dict[str, set[int]]:
@@ -186,6 +193,23 @@ class _Mutator(ast.NodeVisitor):
         self.changed = changed
         self.edits: list[_Edit] = []
         self.defaults: set[int] = set()  # ids of constants that are a default
+        self.statements: list[ast.stmt] = []
+
+    def visit(self, node: ast.AST) -> None:
+        if isinstance(node, ast.stmt):
+            self.statements.append(node)
+            try:
+                super().visit(node)
+            finally:
+                self.statements.pop()
+        else:
+            super().visit(node)
+
+    def _lines(self, stmt: ast.AST | None) -> tuple[int, int]:
+        node = stmt if stmt is not None else (self.statements[-1] if self.statements else None)
+        if node is None:
+            return 1, len(self.src.starts)
+        return node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
 
     def _touched(self, node: ast.AST) -> bool:
         return getattr(node, "lineno", 0) in self.changed
@@ -195,12 +219,13 @@ class _Mutator(ast.NodeVisitor):
         end = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
         return all(n in self.changed for n in range(node.lineno, end + 1))  # type: ignore[attr-defined]
 
-    def add(self, operator: str, node: ast.AST, replacement: str) -> None:
+    def add(self, operator: str, node: ast.AST, replacement: str,
+            stmt: ast.AST | None = None) -> None:
         start, end = self.src.span(node)
-        self.edits.append(_Edit(operator, start, end, replacement))
+        self.edits.append(_Edit(operator, start, end, replacement, *self._lines(stmt)))
 
     def add_span(self, operator: str, start: int, end: int, replacement: str) -> None:
-        self.edits.append(_Edit(operator, start, end, replacement))
+        self.edits.append(_Edit(operator, start, end, replacement, *self._lines(None)))
 
     def t(self, node: ast.AST) -> str:
         return self.src.text(node)
@@ -398,11 +423,11 @@ class _Mutator(ast.NodeVisitor):
                 continue  # a docstring
             call = stmt.value if isinstance(stmt, ast.Expr) else None
             if isinstance(call, ast.Call) and _name_of(call.func) in COLLECTIVES:
-                self.add("collective-drop", stmt, "pass")
+                self.add("collective-drop", stmt, "pass", stmt)
                 indent = " " * stmt.col_offset
-                self.add("collective-dup", stmt, f"{self.t(stmt)}\n{indent}{self.t(stmt)}")
+                self.add("collective-dup", stmt, f"{self.t(stmt)}\n{indent}{self.t(stmt)}", stmt)
             elif simple and not (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
-                self.add("delete-statement", stmt, "pass")
+                self.add("delete-statement", stmt, "pass", stmt)
 
 
 def _edits(source: str, changed: set[int]) -> list[_Edit]:
@@ -497,6 +522,7 @@ def generate_mutants(baseline: Path, reference_patch: bytes, *, limit: int | Non
             by_operator.setdefault(edit.operator, []).append(Mutant(
                 id=_mutant_id(edit.operator, path, mutated), operator=edit.operator,
                 family=OPERATORS[edit.operator][0], path=path, line=line,
+                first_line=edit.first_line, last_line=edit.last_line,
                 original=original_src.line_text(line).strip(),
                 mutated="\n".join(mutated_src.line_text(line + k).strip()
                                   for k in range(span_lines)),

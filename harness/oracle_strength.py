@@ -23,7 +23,13 @@ import docker
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.mutants import DETECTED, RESULTS_NAME, MutantResult, MutantsReport
+from grading.mutants import (
+    DETECTED,
+    RESULTS_NAME,
+    MutantResult,
+    MutantSpec,
+    MutantsReport,
+)
 from grading.yamlfile import YamlFileError, load_model
 from harness import images
 from harness.clock import utc_timestamp
@@ -80,6 +86,7 @@ class OracleStrengthReport(BaseModel):
     reference_verdict: str
     hidden_test_timeout_s: float
     duration_s: float
+    coverage_recorded: bool = False
     mutants_total: int
     detected: int
     survived: int
@@ -149,6 +156,7 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         hidden_tree_sha256=graded.hidden_tree_sha256,
         reference_verdict=graded.reference_verdict,
         hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
+        coverage_recorded=graded.coverage_recorded,
         mutants_total=len(entries), detected=detected,
         survived=sum(r.survived for r in rows), equivalent=equivalent,
         score=round(detected / scored, 4) if scored else None,
@@ -178,13 +186,20 @@ def render_markdown(report: OracleStrengthReport) -> str:
     lines += ["", "## First killing contract", "", "| contract | mutants |", "| --- | --- |"]
     lines += [f"| `{c}` | {n} |" for c, n in report.kills_by_contract.items()]
     statuses = Counter(e.result.status for e in report.entries)
-    lines += ["", "Statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))]
+    unreached = sum(not e.result.covered for e in report.entries)
+    lines += ["", "Statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+              + (f" ({unreached} survivor(s) on statements no check executes, not graded)"
+                 if unreached else "")
+              + ("" if report.coverage_recorded else
+                 "; line coverage was not recorded, so every mutant was graded")]
     survivors = [e for e in report.entries if e.result.status == "survived"]
     if survivors:
         lines += ["", "## Surviving mutants", ""]
         for e in survivors:
             mark = (f"equivalent: {e.equivalent}" if e.equivalent
                     else "**not marked: a blind spot, or mark it equivalent with the reason**")
+            if not e.result.covered:
+                mark += " (no check executes this statement: not graded)"
             lines += [f"### `{e.mutant.id}` ({e.mutant.operator}, {e.mutant.path}:"
                       f"{e.mutant.line})", "", mark, "", "```diff", e.mutant.change.rstrip(),
                       "```", ""]
@@ -198,7 +213,9 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
     with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
         folder = Path(tmp) / "mutants"
         folder.mkdir()
-        (folder / "index.json").write_text(json.dumps([m.id for m in mutants]))
+        (folder / "index.json").write_text(json.dumps([
+            MutantSpec(id=m.id, path=m.path, first_line=m.first_line,
+                       last_line=m.last_line).model_dump() for m in mutants]))
         for m in mutants:
             (folder / f"{m.id}.diff").write_text(m.diff)
         reference_diff = Path(tmp) / "reference.diff"

@@ -97,6 +97,8 @@ def test_every_operator_family_fires_and_every_mutant_compiles(
     assert len({m.id for m in mutants}) == len(mutants)
     for m in mutants:
         assert m.path == "mod.py" and m.line > 7
+        # The statement holding the edit: what line coverage is checked against.
+        assert m.first_line <= m.line <= m.last_line
         # The graded diff applies to the baseline and holds exactly one changed line set.
         assert m.diff.startswith("diff --git a/mod.py b/mod.py")
         edited = [ln for ln in m.change.splitlines() if ln[:1] in "+-"
@@ -113,6 +115,9 @@ def test_every_operator_family_fires_and_every_mutant_compiles(
     assert "h = x + (block(x))" in changes
     assert "start = 0" in changes
     assert "dist.all_reduce(y, op=dist.ReduceOp.AVG)" in changes
+    # An expression inside the loop's `if` is held by that `if` (lines 20-21).
+    negated = next(m for m in mutants if m.operator == "negate-condition")
+    assert (negated.first_line, negated.last_line) == (20, 21)
 
 
 def test_mutants_are_stable_and_sampling_is_even(feature: tuple[Path, bytes]) -> None:

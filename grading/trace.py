@@ -1,0 +1,96 @@
+"""Which lines of the graded code ran: line coverage for mutation analysis, off by default.
+
+The grader image imports this module at every interpreter start (a ``.pth`` file), so it
+reaches every process a grade starts (public tests, probes, torchrun ranks, multiprocessing
+children) whatever command started it. It does nothing unless ``GRADING_TRACE_DIR`` and
+``GRADING_TRACE_ROOT`` are set, which ``grading.mutants`` does only while it grades the
+trusted, unmutated reference; session grades never set them.
+
+Each process appends ``<file>\\t<line>`` the first time a line of a file under the root runs,
+written at once (not at exit: ranks and multiprocessing children often leave through
+``os._exit``, which runs no exit handler). Coverage can only be over-reported (another copy of
+the same file, e.g. the baseline's, counts too), never under-reported by buffering: a mutant
+on a line that never ran cannot change any check's result, and the analysis records it as a
+survivor without grading it; a mutant wrongly thought covered is simply graded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+from typing import Any
+
+TRACE_DIR_VAR = "GRADING_TRACE_DIR"
+TRACE_ROOT_VAR = "GRADING_TRACE_ROOT"
+
+
+def install() -> None:
+    """Start tracing this process if the environment asks for it; never raises."""
+    out = os.environ.get(TRACE_DIR_VAR)
+    root = os.environ.get(TRACE_ROOT_VAR)
+    if not out or not root:
+        return
+    import threading  # only when tracing: every interpreter in the image imports this module
+
+    try:
+        prefix = os.path.realpath(root).rstrip(os.sep) + os.sep
+        fd = os.open(os.path.join(out, f"{os.getpid()}-{os.urandom(8).hex()}.lines"),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    except OSError:
+        return
+    seen: set[tuple[str, int]] = set()
+    inside: dict[str, bool] = {}
+
+    def on_line(frame: FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "call"):
+            key = (frame.f_code.co_filename, frame.f_lineno)
+            if key not in seen:
+                seen.add(key)
+                try:
+                    os.write(fd, f"{key[0]}\t{key[1]}\n".encode())
+                except OSError:
+                    pass
+        return on_line
+
+    def on_call(frame: FrameType, event: str, arg: Any) -> Any:
+        name = frame.f_code.co_filename
+        hit = inside.get(name)
+        if hit is None:
+            hit = inside[name] = os.path.realpath(name).startswith(prefix)
+        if not hit:
+            return None  # no line events for code outside the graded trees: torch stays fast
+        on_line(frame, "call", arg)
+        return on_line
+
+    sys.settrace(on_call)
+    threading.settrace(on_call)
+
+
+def read_lines(trace_dir: str) -> dict[str, set[int]]:
+    """Every ``file -> lines`` the traced processes recorded (malformed lines skipped)."""
+    ran: dict[str, set[int]] = {}
+    try:
+        names = os.listdir(trace_dir)
+    except OSError:
+        return ran
+    for name in names:
+        try:
+            with open(os.path.join(trace_dir, name), encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    path, _, number = line.rstrip("\n").rpartition("\t")
+                    if path and number.isdigit():
+                        ran.setdefault(path, set()).add(int(number))
+        except OSError:
+            continue
+    return ran
+
+
+def lines_of(ran: dict[str, set[int]], relative: str) -> set[int]:
+    """Lines that ran in any copy of the repository file ``relative`` (matched by suffix)."""
+    suffix = "/" + relative.lstrip("/")
+    found: set[int] = set()
+    for path, lines in ran.items():
+        if path.endswith(suffix):
+            found |= lines
+    return found
