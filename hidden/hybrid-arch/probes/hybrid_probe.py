@@ -367,41 +367,62 @@ def cache_dtype_decoding(patterns: list[str], pairs: list[list[str]], std: float
     return out
 
 
-def zeroed_layers(pattern: str, std: float, seed: int, tokens: torch.Tensor,
-                  zero_layers: list[int], keep: list[str]) -> dict[str, Any]:
-    """The fp64 scaled model after every parameter under ``layers.{i}.`` (``i`` in
-    ``zero_layers``) was set to zero, except those named ``layers.{i}.<k>`` with ``k`` in
-    ``keep``: its full-forward logits for ``tokens`` (eval, no_grad) and its state dict."""
+def zeroed_layers_cases(cases: list[dict[str, Any]], std: float, seed: int,
+                        tokens: torch.Tensor) -> list[dict[str, Any]]:
+    """Per case ``{"pattern", "zero_layers", "keep"}``: the fp64 scaled model of ``pattern``
+    after every parameter under ``layers.{i}.`` (``i`` in ``zero_layers``) was set to zero,
+    except those named ``layers.{i}.<k>`` with ``k`` in ``keep``: its full-forward logits for
+    ``tokens`` (eval, no_grad), its state dict and its keys."""
     m = _model_module()
-    model = _scaled_model(m, pattern, "float64", std, seed)
-    prefixes = tuple(f"layers.{i}." for i in zero_layers)
-    kept = {f"{prefix}{k}" for prefix in prefixes for k in keep}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.startswith(prefixes) and name not in kept:
-                p.zero_()
-        logits = _tensor(model(tokens))
-    return {"logits": logits, "state": {k: _tensor(v) for k, v in model.state_dict().items()},
-            "keys": _keys(model)}
+    out = []
+    for case in cases:
+        model = _scaled_model(m, case["pattern"], "float64", std, seed)
+        prefixes = tuple(f"layers.{i}." for i in case["zero_layers"])
+        kept = {f"{prefix}{k}" for prefix in prefixes for k in case["keep"]}
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.startswith(prefixes) and name not in kept:
+                    p.zero_()
+            logits = _tensor(model(tokens))
+        out.append({"logits": logits,
+                    "state": {k: _tensor(v) for k, v in model.state_dict().items()},
+                    "keys": _keys(model)})
+    return out
 
 
-def seeded_init_repeats(pattern: str, seed: int, poison: list[float]) -> list[dict[str, Any]]:
-    """State dicts of ``Transformer(ModelArgs(n_layers=len(pattern), layer_pattern=pattern))``
-    built after ``torch.manual_seed(seed)``: first, then once after each value of ``poison`` was
-    written into memory that is then freed (tensors of every parameter's size filled with it),
-    so a parameter the constructor leaves uninitialised shows what the allocator hands back."""
+def seeded_init_repeats(patterns: list[str], seed: int, poison: list[float]
+                        ) -> dict[str, list[dict[str, Any]]]:
+    """Per pattern, state dicts of ``Transformer(ModelArgs(n_layers=len(pattern),
+    layer_pattern=pattern))`` built after ``torch.manual_seed(seed)``: first, then once after
+    each value of ``poison`` was written into memory that is then freed (tensors of every
+    parameter's size filled with it), so a parameter the constructor leaves uninitialised shows
+    what the allocator hands back."""
     m = _model_module()
-    args = m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern)
-    torch.manual_seed(seed)
-    model = m.Transformer(args)
-    states = [{k: _tensor(v) for k, v in model.state_dict().items()}]
-    shapes = [tuple(v.shape) for v in model.state_dict().values()]
-    del model
-    for value in poison:
-        junk = [torch.full(shape, value, dtype=torch.float32) for shape in shapes for _ in range(2)]
-        del junk
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pattern in patterns:
+        args = m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern)
         torch.manual_seed(seed)
         model = m.Transformer(args)
-        states.append({k: _tensor(v) for k, v in model.state_dict().items()})
+        states = [{k: _tensor(v) for k, v in model.state_dict().items()}]
+        shapes = [tuple(v.shape) for v in model.state_dict().values()]
         del model
-    return states
+        for value in poison:
+            junk = [torch.full(shape, value, dtype=torch.float32) for shape in shapes
+                    for _ in range(2)]
+            del junk
+            torch.manual_seed(seed)
+            model = m.Transformer(args)
+            states.append({k: _tensor(v) for k, v in model.state_dict().items()})
+            del model
+        out[pattern] = states
+    return out
+
+
+def other_sizes(pattern: str, sizes: dict[str, int], std: float, seed: int,
+                tokens: torch.Tensor, dtypes: list[str], chunks: list[int],
+                schedule: list[int]) -> dict[str, Any]:
+    """``prefix_logits`` (fp64) and ``cached_decoding`` of ``pattern`` with the ``ModelArgs``
+    fields ``sizes``, in one process: ``{"prefix": ..., "decoding": ...}``."""
+    return {"prefix": prefix_logits(pattern, "float64", std, seed, tokens, sizes),
+            "decoding": cached_decoding([pattern], dtypes, std, seed, tokens, chunks, schedule,
+                                        sizes)}
