@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.errors import HarnessError, Interrupted
+from harness.errors import HarnessError, Interrupted, signals_as_interrupt
 from harness.paths import REPO_ROOT
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -52,7 +52,10 @@ def clear_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            # SIGTERM/SIGHUP stop every command like Ctrl-C: the containers it holds are
+            # removed on the way out (a killed `oracle-strength` once left its grader up).
+            with signals_as_interrupt():
+                return func(*args, **kwargs)
         except HarnessError as exc:
             err_console.print(exc.line(), markup=False, highlight=False, soft_wrap=True)
             sys.exit(2)

@@ -4,6 +4,9 @@ of YAML and pydantic failures become one line."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 
 class HarnessError(Exception):
@@ -36,3 +39,19 @@ class Interrupted(BaseException):
 
     def line(self) -> str:
         return f"{self}" + (f": {self.detail}" if self.detail else "")
+
+
+@contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise :class:`Interrupted` (as Ctrl-C raises
+    KeyboardInterrupt), so ``with`` blocks holding containers remove them on the way out."""
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -438,10 +438,11 @@ def _die_with_parent() -> None:
 def run_worker(study_path: Path, *, session_id: str | None, grade_dir: Path | None,
                grade: bool, log: Callable[[str], None]) -> Path:
     """One matrix job: a session (and its grading if ``grade``), or a grading."""
+    from harness.errors import signals_as_interrupt
     from harness.grade import grade_attempt
-    from harness.session import SessionOptions, _signals_as_interrupt, run_session
+    from harness.session import SessionOptions, run_session
 
-    with _signals_as_interrupt():
+    with signals_as_interrupt():
         _die_with_parent()
         study = load_study(study_path)
         job = os.environ.get("SLURM_JOB_ID")
@@ -650,9 +651,9 @@ def run_matrix(options: RunOptions, *, log: Callable[[str], None],
     frozen = freeze.require_lock(study, options.study_path, client)
     if options.executor == "slurm":
         slurm.check_reachable()
-    from harness.session import _signals_as_interrupt
+    from harness.errors import signals_as_interrupt
 
-    with run_lock(study), _signals_as_interrupt():  # SIGTERM/SIGHUP stop it like Ctrl-C
+    with run_lock(study), signals_as_interrupt():  # SIGTERM/SIGHUP stop it like Ctrl-C
         housekeeping(study)
         return _Run(study, frozen, options, log, display).loop()
 

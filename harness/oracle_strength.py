@@ -221,6 +221,9 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
         reference_diff = Path(tmp) / "reference.diff"
         reference_diff.write_bytes(reference)
         hidden_sha = tree_sha256(hidden)
+        # What the results must be bound to: the grading code and hidden tree sent, as they
+        # were when the run started (a checkout edited meanwhile does not void the run).
+        grader_sha = grader_source_sha256()
         run_id = uuid.uuid4().hex
         with grader_sandbox(client, images.image_id(client, "grader"),
                             name_hint=f"mutants-{run_id[:12]}",
@@ -253,7 +256,7 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
     except ValidationError as exc:
         raise GraderFailed(f"{RESULTS_NAME} is not valid ({exc.errors()[0]['msg']})",
                            "rebuild the grader image: harness images build grader") from None
-    if graded.grader_source_sha256 != grader_source_sha256():
+    if graded.grader_source_sha256 != grader_sha:
         raise GraderFailed("the grader image is not this checkout's grading code",
                            "rebuild the images: harness images build grader")
     if graded.hidden_tree_sha256 != hidden_sha:

@@ -16,11 +16,9 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
 from pydantic import BaseModel, ValidationError
@@ -35,7 +33,7 @@ from harness.agent.toolsets import tools_for_arm
 from harness.agent.traincheck_tool import TraincheckTool
 from harness.budget import Budget, Ledger
 from harness.clock import utc_timestamp
-from harness.errors import HarnessError, Interrupted
+from harness.errors import HarnessError, Interrupted, signals_as_interrupt
 from harness.gpu_slots import GpuSlots
 from harness.packets import TaskPacket, load_packet
 from harness.records import LaunchInfo, SessionRecord, TranscriptHead
@@ -91,19 +89,6 @@ class SessionOptions(BaseModel):
     queued_at: float | None = None  # epoch seconds of ``launch.queued_at``
 
 
-@contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> Path:
     """Run one session; returns its attempt folder. Bad input fails before any container."""
     study = load_study(options.study_path)
@@ -153,7 +138,7 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
         + ("" if record.in_frozen_study else " (outside the frozen study)"))
     transcript = TranscriptWriter(attempt_dir / records.TRANSCRIPT_NAME, events.validate)
     try:
-        with _signals_as_interrupt():
+        with signals_as_interrupt():
             _run_attempt(Attempt(study=study, options=options, record=record, dir=attempt_dir,
                                  packet=packet, agent=agent_settings, provider=provider,
                                  tools=tools, extras=extras, budget=budget, cpus=cpus,

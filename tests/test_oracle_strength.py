@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+from harness import images
 from harness.oracle_strength import OracleStrengthReport, oracle_strength
 from harness.paths import REPO_ROOT
+from harness.sandbox import OWNER_PID_LABEL
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
@@ -46,3 +52,28 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
 
+
+
+def test_sigterm_removes_the_mutant_grader(tmp_path: Path) -> None:
+    """A stopped analysis leaves no container behind (it once left its grader running)."""
+    client = images.docker_client()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "oracle-strength", "--task", "tiny-regression",
+         "--packet", str(FIXTURE), "--report-dir", str(tmp_path), "--mutant", KILLABLE],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    mine = {"label": f"{OWNER_PID_LABEL}={proc.pid}"}
+    try:
+        deadline = time.monotonic() + 300
+        while not client.containers.list(filters=mine) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        assert client.containers.list(filters=mine), "the grader container never started"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM" in err
+    assert client.containers.list(all=True, filters=mine) == []
+    assert not (tmp_path / "tiny-regression.json").exists()

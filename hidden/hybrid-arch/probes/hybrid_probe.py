@@ -29,11 +29,14 @@ def _tensor(value: Any) -> torch.Tensor:
     return value.detach().as_subclass(torch.Tensor).clone()
 
 
-def _scaled_model(m: ModuleType, pattern: str, dtype: str, std: float, seed: int) -> Any:
+def _scaled_model(m: ModuleType, pattern: str, dtype: str, std: float, seed: int,
+                  sizes: dict[str, int] | None = None) -> Any:
     """The candidate's model for ``pattern`` in ``dtype``, in eval mode, every parameter redrawn
-    from N(0, std) after ``torch.manual_seed(seed)``."""
+    from N(0, std) after ``torch.manual_seed(seed)``; ``sizes``: other ``ModelArgs`` fields
+    (``dim``, ``n_heads``, ``vocab_size``, ...)."""
     torch.manual_seed(seed)
-    model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern))
+    model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern,
+                                      **(sizes or {})))
     model = model.to(getattr(torch, dtype)).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -109,11 +112,12 @@ def pattern_parsing(good: list[str], short: str, bad: list[str], all_a: str,
 
 
 def prefix_logits(pattern: str, dtype: str, std: float, seed: int,
-                  tokens: torch.Tensor) -> dict[str, Any]:
+                  tokens: torch.Tensor, sizes: dict[str, int] | None = None) -> dict[str, Any]:
     """Under no_grad: the full forward's logits, and for every position t the logits at t of a
-    forward over the prefix ``tokens[:, :t + 1]`` alone; the model's state-dict keys."""
+    forward over the prefix ``tokens[:, :t + 1]`` alone; the model's state-dict keys.
+    ``sizes``: other ``ModelArgs`` fields."""
     m = _model_module()
-    model = _scaled_model(m, pattern, dtype, std, seed)
+    model = _scaled_model(m, pattern, dtype, std, seed, sizes)
     with torch.no_grad():
         full = _tensor(model(tokens))
         prefix = [_tensor(model(tokens[:, :t + 1])[:, t]) for t in range(tokens.shape[1])]
@@ -149,17 +153,18 @@ def lm_gradients(pattern: str, std: float, seed: int, batch: torch.Tensor) -> di
 
 
 def cached_decoding(patterns: list[str], dtypes: list[str], std: float, seed: int,
-                    tokens: torch.Tensor, chunks: list[int], schedule: list[int]
-                    ) -> dict[str, Any]:
+                    tokens: torch.Tensor, chunks: list[int], schedule: list[int],
+                    sizes: dict[str, int] | None = None) -> dict[str, Any]:
     """Under no_grad, per ``pattern-dtype``: the full forward's logits; ``decode_logits`` with
     each chunk size (``chunk<c>``); and ``irregular``, the outputs of forwards over the
     consecutive slices of ``schedule`` through one ``init_cache`` (``start_pos`` set),
-    concatenated along the sequence. ``keys[pattern]``: the model's state-dict keys."""
+    concatenated along the sequence. ``keys[pattern]``: the model's state-dict keys.
+    ``sizes``: other ``ModelArgs`` fields."""
     m = _model_module()
     out: dict[str, Any] = {"keys": {}}
     for pattern in patterns:
         for dtype in dtypes:
-            model = _scaled_model(m, pattern, dtype, std, seed)
+            model = _scaled_model(m, pattern, dtype, std, seed, sizes)
             out["keys"][pattern] = _keys(model)
             with torch.no_grad():
                 got = {"full": _tensor(model(tokens))}
@@ -241,3 +246,183 @@ def load_default_model_state(state: dict[str, torch.Tensor]) -> None:
     m = _model_module()
     model = m.Transformer(m.ModelArgs())
     model.load_state_dict(state, strict=True)
+
+
+def _tensors_in(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """Every tensor a decoding-state entry holds (itself, or its fields, items or elements, a
+    few levels deep), in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 3:
+        return []
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    elif hasattr(value, "__dict__"):
+        items = list(vars(value).values())
+    else:
+        return []
+    return [t for item in items for t in _tensors_in(item, depth + 1)]
+
+
+def _placed(value: Any) -> dict[str, Any]:
+    """A tensor the candidate's code produced: its device and dtype, and (only when it is a CPU
+    tensor) a plain copy of its values."""
+    if not isinstance(value, torch.Tensor):
+        return {"device": None, "dtype": None, "value": None, "type": type(value).__name__}
+    cpu = value.device.type == "cpu"
+    return {"device": str(value.device), "dtype": str(value.dtype).removeprefix("torch."),
+            "value": _tensor(value) if cpu else None, "type": "Tensor"}
+
+
+def _placement_run(m: ModuleType, model: Any, tokens: torch.Tensor, batch: torch.Tensor,
+                   chunk: int, meta: bool) -> dict[str, Any]:
+    if meta:
+        torch.set_default_device("meta")
+    try:
+        model.eval()
+        with torch.no_grad():
+            full = model(tokens)
+            decoded = m.decode_logits(model, tokens, chunk=chunk)
+            cache = model.init_cache(tokens.shape[0])
+            cache_tensors = [_placed(t) for entry in cache for t in _tensors_in(entry)]
+        model.train()
+        model.zero_grad(set_to_none=True)
+        logits = model(batch[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
+        grads = {n: _placed(p.grad) for n, p in model.named_parameters()}
+    finally:
+        if meta:
+            torch.set_default_device(None)
+        model.eval()
+    out = {"full": _placed(full), "decoded": _placed(decoded), "logits": _placed(logits),
+           "grads": grads, "cache": [{k: v for k, v in c.items() if k != "value"}
+                                     for c in cache_tensors]}
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+def placement_runs(patterns: list[str], std: float, seed: int, tokens: torch.Tensor,
+                   batch: torch.Tensor, chunk: int) -> dict[str, Any]:
+    """Per pattern, the fp64 scaled model (CPU parameters; the token inputs are CPU tensors) run
+    twice with the same weights: as is (``plain``), and with ``torch.set_default_device("meta")``
+    in force (``meta``), where every tensor the model creates without an explicit device lands
+    on the meta device. Each run: the full forward of ``tokens`` and ``decode_logits(chunk)``
+    (eval mode, no_grad), the placement of every tensor of ``init_cache(batch)``, and the
+    next-token cross-entropy gradients of a train-mode forward over ``batch``; every tensor as
+    its device, dtype and (CPU tensors only) values. A run that raises gives ``error``.
+    ``keys[pattern]``: the model's state-dict keys."""
+    m = _model_module()
+    out: dict[str, Any] = {"keys": {}}
+    for pattern in patterns:
+        model = _scaled_model(m, pattern, "float64", std, seed)
+        out["keys"][pattern] = _keys(model)
+        for mode in ("plain", "meta"):
+            try:
+                out[f"{pattern}-{mode}"] = _placement_run(m, model, tokens, batch, chunk,
+                                                          meta=mode == "meta")
+            except Exception as exc:  # the judge fails the check with this text
+                out[f"{pattern}-{mode}"] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
+    return out
+
+
+def _decode_chunks(model: Any, tokens: torch.Tensor, chunk: int, cache: Any) -> torch.Tensor:
+    outs = []
+    for start in range(0, tokens.shape[1], chunk):
+        outs.append(model(tokens[:, start:start + chunk], cache=cache, start_pos=start))
+    return torch.cat(outs, dim=1)
+
+
+def cache_dtype_decoding(patterns: list[str], pairs: list[list[str]], std: float, seed: int,
+                         tokens: torch.Tensor, chunk: int) -> dict[str, Any]:
+    """Under no_grad, per pattern and ``[model dtype, cache dtype]`` pair: the scaled model in
+    the model dtype decoded in chunks of ``chunk`` (forwards with ``start_pos``) through its
+    default ``init_cache(batch)`` (``default``) and through ``init_cache(batch,
+    dtype=cache dtype)`` (``explicit``); the logits of both, and the dtype of every tensor of the
+    explicit cache right after ``init_cache`` (``before``) and after decoding (``after``).
+    A decoding that raises gives ``error``. ``keys[pattern]``: the model's state-dict keys."""
+    m = _model_module()
+    out: dict[str, Any] = {"keys": {}}
+    for pattern in patterns:
+        for model_dtype, cache_dtype in pairs:
+            model = _scaled_model(m, pattern, model_dtype, std, seed)
+            out["keys"][pattern] = _keys(model)
+            label = f"{pattern}-{model_dtype}-{cache_dtype}"
+            try:
+                with torch.no_grad():
+                    default = _decode_chunks(model, tokens, chunk,
+                                             model.init_cache(tokens.shape[0]))
+                    cache = model.init_cache(tokens.shape[0],
+                                             dtype=getattr(torch, cache_dtype))
+                    before = [str(t.dtype).removeprefix("torch.")
+                              for e in cache for t in _tensors_in(e)]
+                    explicit = _decode_chunks(model, tokens, chunk, cache)
+                    after = [str(t.dtype).removeprefix("torch.")
+                             for e in cache for t in _tensors_in(e)]
+                out[label] = {"default": _tensor(default), "explicit": _tensor(explicit),
+                              "before": before, "after": after}
+            except Exception as exc:  # the judge fails the check with this text
+                out[label] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
+    return out
+
+
+def zeroed_layers_cases(cases: list[dict[str, Any]], std: float, seed: int,
+                        tokens: torch.Tensor) -> list[dict[str, Any]]:
+    """Per case ``{"pattern", "zero_layers", "keep"}``: the fp64 scaled model of ``pattern``
+    after every parameter under ``layers.{i}.`` (``i`` in ``zero_layers``) was set to zero,
+    except those named ``layers.{i}.<k>`` with ``k`` in ``keep``: its full-forward logits for
+    ``tokens`` (eval, no_grad), its state dict and its keys."""
+    m = _model_module()
+    out = []
+    for case in cases:
+        model = _scaled_model(m, case["pattern"], "float64", std, seed)
+        prefixes = tuple(f"layers.{i}." for i in case["zero_layers"])
+        kept = {f"{prefix}{k}" for prefix in prefixes for k in case["keep"]}
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.startswith(prefixes) and name not in kept:
+                    p.zero_()
+            logits = _tensor(model(tokens))
+        out.append({"logits": logits,
+                    "state": {k: _tensor(v) for k, v in model.state_dict().items()},
+                    "keys": _keys(model)})
+    return out
+
+
+def seeded_init_repeats(patterns: list[str], seed: int, poison: list[float]
+                        ) -> dict[str, list[dict[str, Any]]]:
+    """Per pattern, state dicts of ``Transformer(ModelArgs(n_layers=len(pattern),
+    layer_pattern=pattern))`` built after ``torch.manual_seed(seed)``: first, then once after
+    each value of ``poison`` was written into memory that is then freed (tensors of every
+    parameter's size filled with it), so a parameter the constructor leaves uninitialised shows
+    what the allocator hands back."""
+    m = _model_module()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pattern in patterns:
+        args = m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern)
+        torch.manual_seed(seed)
+        model = m.Transformer(args)
+        states = [{k: _tensor(v) for k, v in model.state_dict().items()}]
+        shapes = [tuple(v.shape) for v in model.state_dict().values()]
+        del model
+        for value in poison:
+            junk = [torch.full(shape, value, dtype=torch.float32) for shape in shapes
+                    for _ in range(2)]
+            del junk
+            torch.manual_seed(seed)
+            model = m.Transformer(args)
+            states.append({k: _tensor(v) for k, v in model.state_dict().items()})
+            del model
+        out[pattern] = states
+    return out
+
+
+def other_sizes(pattern: str, sizes: dict[str, int], std: float, seed: int,
+                tokens: torch.Tensor, dtypes: list[str], chunks: list[int],
+                schedule: list[int]) -> dict[str, Any]:
+    """``prefix_logits`` (fp64) and ``cached_decoding`` of ``pattern`` with the ``ModelArgs``
+    fields ``sizes``, in one process: ``{"prefix": ..., "decoding": ...}``."""
+    return {"prefix": prefix_logits(pattern, "float64", std, seed, tokens, sizes),
+            "decoding": cached_decoding([pattern], dtypes, std, seed, tokens, chunks, schedule,
+                                        sizes)}

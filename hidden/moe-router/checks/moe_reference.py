@@ -13,6 +13,7 @@ kept assignments, per-expert counts).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,15 +139,26 @@ def route(probs: torch.Tensor, top_k: int, capacity: int) -> tuple[torch.Tensor,
     return choice, kept
 
 
+def capacity(cfg: Cfg, t: int) -> int:
+    """TASK.md's capacity of one expert in one sequence of ``t`` tokens."""
+    return math.ceil(cfg.capacity_factor * t * cfg.top_k / cfg.experts)
+
+
+CapacityRule = Callable[[Cfg, int], int]
+
+
 def moe_layer(x: torch.Tensor, params: dict[str, torch.Tensor], prefix: str, cfg: Cfg,
-              global_counts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor,
-                                                                   LayerStats]:
-    """(output, balance loss, stats); ``global_counts`` replaces the local f_e counts."""
+              global_counts: torch.Tensor | None = None,
+              capacity_rule: CapacityRule = capacity) -> tuple[torch.Tensor, torch.Tensor,
+                                                               LayerStats]:
+    """(output, balance loss, stats); ``global_counts`` replaces the local f_e counts;
+    ``capacity_rule`` (cfg, tokens per sequence) -> capacity, TASK.md's unless the checks ask
+    what another rule would give."""
     b, t, _ = x.shape
     e_n, k = cfg.experts, cfg.top_k
     logits = x @ params[prefix + "router.weight"].T
     probs = torch.softmax(logits.to(torch.float64), dim=-1)
-    capacity = math.ceil(cfg.capacity_factor * t * k / e_n)
+    capacity = capacity_rule(cfg, t)
     with torch.no_grad():
         choice, kept = route(probs.detach(), k, capacity)
         srt = probs.detach().sort(dim=-1, descending=True).values[..., : min(k + 1, e_n)]
@@ -172,8 +184,10 @@ def moe_layer(x: torch.Tensor, params: dict[str, torch.Tensor], prefix: str, cfg
 
 
 def forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: Cfg,
-            global_counts: list[torch.Tensor] | None = None) -> Forward:
-    """The whole model; ``global_counts[i]`` (if given) is layer i's all-reduced count."""
+            global_counts: list[torch.Tensor] | None = None,
+            capacity_rule: CapacityRule = capacity) -> Forward:
+    """The whole model; ``global_counts[i]`` (if given) is layer i's all-reduced count;
+    ``capacity_rule`` as in :func:`moe_layer`."""
     t = tokens.shape[1]
     x = params["tok_emb.weight"][tokens] + params["pos_emb.weight"][:t]
     balances, stats = [], []
@@ -185,7 +199,8 @@ def forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: Cfg,
         h = _layer_norm(x, params[p + "ln2.weight"], params[p + "ln2.bias"])
         if cfg.experts > 0:
             y, bal, st = moe_layer(h, params, p + "ffn.", cfg,
-                                   None if global_counts is None else global_counts[i])
+                                   None if global_counts is None else global_counts[i],
+                                   capacity_rule)
             balances.append(bal)
             stats.append(st)
         else:

@@ -184,8 +184,10 @@ def _validate_raises(settings: list[dict[str, Any]]) -> list[list[str] | None]:
 def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
                   flags: list[str], anchor: dict[str, Any]) -> dict[str, Any]:
     """``ModelConfig()``'s four MoE fields; what ``validate()`` raises for each setting;
-    ``train.parse_args(flags)`` and ``parse_args([])``'s MoE fields (``has_parse`` False when
-    train.py has no ``parse_args``). A stage that raised is reported as its exception.
+    ``train.parse_args(flags)``'s MoE fields, ``parse_args([])``'s expert count and
+    ``parse_args(["--moe-experts", "4"])``'s MoE fields (the other three flags' defaults)
+    (``has_parse`` False when train.py has no ``parse_args``). A stage that raised is reported
+    as its exception.
 
     ``anchor`` (``flags``, ``model_config``, ``params``, ``tokens``): the candidate's TinyLM
     under ``parse_args(anchor["flags"]).model`` (``ModelConfig(**anchor["model_config"])``
@@ -229,6 +231,9 @@ def _config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
         out["flags"] = [_plain(v) for v in (m.moe_experts, m.moe_top_k, m.moe_capacity_factor,
                                             m.moe_aux_weight)]
         out["default_experts"] = _plain(parse([]).model.moe_experts)
+        m = parse(["--moe-experts", "4"]).model
+        out["flag_defaults"] = [_plain(v) for v in (m.moe_experts, m.moe_top_k,
+                                                    m.moe_capacity_factor, m.moe_aux_weight)]
     except (Exception, SystemExit) as exc:  # the check fails with it
         code = f"SystemExit: {exc.code!r}" if isinstance(exc, SystemExit) else None
         out["parse_error"] = code or f"{type(exc).__name__}: {exc}"
@@ -366,4 +371,109 @@ def reload_export(path: str, model_config: dict[str, Any], params: dict[str, tor
                                    for k, v in anchor["params"].items()}}, written)
         reloaded = load_export(written)
     out["anchor"] = _eval_outputs(reloaded.to(torch.float64), anchor["tokens"])
+    return out
+
+
+class _UnplacedToMeta(torch.overrides.TorchFunctionMode):
+    """Every tensor factory called without ``device=`` (``torch.zeros``, ``torch.arange``,
+    ``torch.tensor``, ...) builds its tensor on the ``meta`` device instead of the CPU, as a
+    device-less factory builds it on the CPU while the model lives on a GPU. A 0-dim result
+    stays on the CPU: a CPU scalar tensor mixes with GPU tensors, so it is no placement error
+    there either. Everything else (``*_like``, ``new_*``, module parameters, the inputs) keeps
+    its device, so an operation that mixes a redirected tensor with the model's raises, as it
+    would on a GPU. ``redirected`` names the factories it moved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils._device import _device_constructors
+
+        self.factories = _device_constructors()
+        self.redirected: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self.factories and kwargs.get("device") is None:
+            result = func(*args, **kwargs)
+            if isinstance(result, torch.Tensor) and result.dim() > 0:
+                self.redirected.append(getattr(func, "__name__", repr(func)))
+                return result.to("meta")
+            return result
+        return func(*args, **kwargs)
+
+
+def _placement_of(x: Any) -> dict[str, Any]:
+    """Type, device, dtype and shape of one output, as data."""
+    if not isinstance(x, torch.Tensor):
+        return {"type": _type_name(x)}
+    return {"type": _type_name(x), "device": str(x.device), "dtype": str(x.dtype),
+            "shape": list(x.shape)}
+
+
+def _meta_run(case: dict[str, Any]) -> dict[str, Any]:
+    """The candidate's fp64 model holding the case's CPU parameters: a training forward and
+    backward, then an eval forward, all under :class:`_UnplacedToMeta`. A raise is reported
+    as data (the check fails with it)."""
+    model = load_candidate_model(case["model_config"], case["params"]).train()
+    tokens = case["tokens"]
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    mode = _UnplacedToMeta()
+    out: dict[str, Any] = {}
+    try:
+        with mode:
+            logits, aux = model(inputs)
+            out["train"] = [_placement_of(logits), _placement_of(aux)]
+            if _is_tensor(logits) and _is_tensor(aux) and logits.device.type == "cpu" \
+                    and aux.device.type == "cpu" and aux.dim() == 0:
+                out["train_logits"], out["train_aux"] = _value(logits), _value(aux)
+                (_cross_entropy(logits, targets) + aux).backward()
+                out["grad_devices"] = sorted({str(p.grad.device) for p in model.parameters()
+                                              if p.grad is not None})
+            model.eval()
+            with torch.no_grad():
+                e_logits, e_aux = model(inputs)
+            out["eval"] = [_placement_of(e_logits), _placement_of(e_aux)]
+            if _is_tensor(e_logits) and _is_tensor(e_aux) and e_logits.device.type == "cpu" \
+                    and e_aux.device.type == "cpu":
+                out["eval_logits"], out["eval_aux"] = _value(e_logits), _value(e_aux)
+    except Exception as exc:  # reported as data: the check fails with it
+        out["error"] = f"{type(exc).__name__}: {exc}"[:800]
+    out["redirected"] = sorted(set(mode.redirected))
+    return out
+
+
+@_no_exit
+def placement(fp64_case: dict[str, Any], meta_cases: list[dict[str, Any]],
+              fp32_case: dict[str, Any]) -> dict[str, Any]:
+    """Where the candidate's model puts its tensors and in which dtype.
+
+    ``fp64_case`` (``model_config``, ``params``, ``tokens`` [B, T + 1]): the fp64 TinyLM holding
+    ``params``, in training mode: its outputs' types/devices/dtypes, logits, aux, and every
+    parameter's gradient (with its dtype) of cross-entropy + aux.
+    ``meta_cases``: per case, :func:`_meta_run` (the same model under :class:`_UnplacedToMeta`).
+    ``fp32_case``: the fp32 TinyLM holding ``params``: the types/devices/dtypes of a training
+    and an eval forward's outputs."""
+    case = fp64_case
+    model = load_candidate_model(case["model_config"], case["params"]).train()
+    inputs, targets = case["tokens"][:, :-1], case["tokens"][:, 1:]
+    logits, aux = model(inputs)
+    out: dict[str, Any] = {"fp64": [_placement_of(logits), _placement_of(aux)]}
+    if _is_tensor(logits) and _is_tensor(aux) and aux.dim() == 0:
+        (_cross_entropy(logits, targets) + aux).backward()
+        named = dict(model.named_parameters())
+        out["fp64_logits"], out["fp64_aux"] = _value(logits), _value(aux)
+        out["param_names"] = sorted(named)
+        out["grads"] = {k: None if p.grad is None else _value(p.grad) for k, p in named.items()}
+        out["grad_dtypes"] = sorted({str(p.grad.dtype) for p in named.values()
+                                     if p.grad is not None})
+    out["meta"] = [_meta_run(c) for c in meta_cases]
+    model32 = load_candidate_model(fp32_case["model_config"], fp32_case["params"],
+                                   dtype=torch.float32).train()
+    inputs32 = fp32_case["tokens"][:, :-1]
+    train_out = model32(inputs32)
+    model32.eval()
+    with torch.no_grad():
+        eval_out = model32(inputs32)
+    out["fp32"] = {"train": [_placement_of(t) for t in train_out[:2]],
+                   "eval": [_placement_of(t) for t in eval_out[:2]]}
     return out
