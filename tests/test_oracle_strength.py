@@ -20,6 +20,9 @@ HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
 # min(1, (s + 1) / 1) is 1 on every step), so no check can tell it from 0: it survives.
 KILLABLE = "delete-statement-c4c02162e5"
 EQUIVALENT = "default-2492d4d92c"
+# The name of a periodic checkpoint: no check trains with --checkpoint-every, so the statement
+# never runs in any check (line coverage of the reference's grade) and is not graded.
+UNREACHED = "constant-9635bf8345"
 
 
 def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None:
@@ -29,10 +32,10 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
         f"{EQUIVALENT}: one warmup step multiplies every step's lr by min(1, (s + 1) / 1) = 1, "
         "exactly what warmup 0 does\n")
     report = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
-                             ids={KILLABLE, EQUIVALENT}, log=lambda _m: None)
-    assert report.reference_verdict == "complete"
+                             ids={KILLABLE, EQUIVALENT, UNREACHED}, log=lambda _m: None)
+    assert report.reference_verdict == "complete" and report.coverage_recorded
     entries = {e.mutant.id: e for e in report.entries}
-    assert set(entries) == {KILLABLE, EQUIVALENT}
+    assert set(entries) == {KILLABLE, EQUIVALENT, UNREACHED}
     killed = entries[KILLABLE].result
     assert killed.status == "killed", killed
     assert killed.killed_by is not None and killed.killed_by.startswith("hidden:test_warmup.py::")
@@ -41,14 +44,19 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert survivor.result.status == "survived" and survivor.equivalent is not None
     # Stopped at the first failing contract, but the survivor ran every one.
     assert survivor.result.contracts_run > killed.contracts_run
-    assert (report.detected, report.equivalent, report.score) == (1, 1, 1.0)
+    unreached = entries[UNREACHED].result
+    assert (unreached.status, unreached.covered, unreached.contracts_run) == ("survived", False, 0)
+    assert survivor.result.covered and killed.covered
+    # detected / (mutants - equivalent) = 1 / 2: the unreached survivor is a blind spot.
+    assert (report.detected, report.equivalent, report.survived, report.score) == (1, 1, 1, 0.5)
 
     # The committed artefacts: the report as written, and readable by a person.
     saved = OracleStrengthReport.model_validate_json(
         (reports / "tiny-regression.json").read_text())
-    assert saved.score == 1.0
+    assert saved.score == 0.5
     markdown = (reports / "tiny-regression.md").read_text()
-    assert "Score: **100.0%**" in markdown and f"`{EQUIVALENT}`" in markdown
+    assert "Score: **50.0%**" in markdown and f"`{EQUIVALENT}`" in markdown
+    assert "no check executes this statement" in markdown
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
 
