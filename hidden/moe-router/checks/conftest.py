@@ -222,8 +222,8 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("runs")
 
 
-def _eq_args() -> list[str]:
-    return ["--steps", str(EQ_STEPS), "--seed", "0", "--global-batch", "16", "--dtype", "fp64",
+def _eq_args(steps: int = EQ_STEPS) -> list[str]:
+    return ["--steps", str(steps), "--seed", "0", "--global-batch", "16", "--dtype", "fp64",
             *MOE_FLAGS]
 
 
@@ -289,6 +289,43 @@ def resume_runs(runs_dir: Path) -> ResumeRuns:
                     [*_resume_args(RESUME_STEPS, resumed_out), "--resume", str(given)],
                     runs_dir, out=resumed_out)
     return ResumeRuns(full, first, resumed)
+
+
+def _resumed_equivalence_run(name: str, full: Run, runs_dir: Path) -> ResumeRuns:
+    """Resume on the configuration of ``full`` (one of the fp64 equivalence runs, EQ_STEPS
+    steps, no dropout): a separate launch of the same command with ``--steps RESUME_AT`` writes
+    the checkpoint (during the warmup the schedule does not depend on the total, so it is
+    ``full``'s own at RESUME_AT), and a fresh launch of ``full``'s command resumes from a copy
+    of it. The equivalence run is reused as the uninterrupted run, so resume costs two short
+    launches per configuration."""
+    if full.outcome != "ok":
+        return ResumeRuns(full, None, None)
+    first_out = sealed.job_dir(f"{name}-first")
+    first = train(f"{name}-first", full.config,
+                  [*_eq_args(RESUME_AT), "--ckpt", str(first_out / "ckpt"),
+                   "--save-every", str(RESUME_AT)], runs_dir, out=first_out)
+    ckpt = first_out / "ckpt" / f"step_{RESUME_AT}"
+    if first.outcome != "ok" or not ckpt.is_dir():
+        return ResumeRuns(full, first, None)
+    given = sealed.give(ckpt, f"{name}-resume-ckpt")
+    resumed = train(f"{name}-resumed", full.config, [*_eq_args(), "--resume", str(given)],
+                    runs_dir)
+    return ResumeRuns(full, first, resumed)
+
+
+@pytest.fixture(scope="session")
+def fsdp_resume_runs(runs_dir: Path, fsdp_fp64: Run) -> ResumeRuns:
+    """gloo-fsdp-2 resumed at RESUME_AT against the fp64 FSDP equivalence run (sharded
+    checkpoint: each rank saves and restores its own shards of parameters and Adam state)."""
+    return _resumed_equivalence_run("fsdp-resume", fsdp_fp64, runs_dir)
+
+
+@pytest.fixture(scope="session")
+def starve_fsdp(runs_dir: Path) -> Run:
+    """The starvation command under gloo-fsdp-2 (FSDP2 reduce-scatters each block's gradients
+    as one group: an expert idle on one rank must still contribute its zero gradient)."""
+    return train("starve-fsdp", "gloo-fsdp-2", [*STARVE_FLAGS, "--steps", str(STARVE_STEPS)],
+                 runs_dir)
 
 
 @pytest.fixture(scope="session")

@@ -379,9 +379,10 @@ class _UnplacedToMeta(torch.overrides.TorchFunctionMode):
     ``torch.tensor``, ...) builds its tensor on the ``meta`` device instead of the CPU, as a
     device-less factory builds it on the CPU while the model lives on a GPU. A 0-dim result
     stays on the CPU: a CPU scalar tensor mixes with GPU tensors, so it is no placement error
-    there either. Everything else (``*_like``, ``new_*``, module parameters, the inputs) keeps
-    its device, so an operation that mixes a redirected tensor with the model's raises, as it
-    would on a GPU. ``redirected`` names the factories it moved."""
+    there either, and so does a tensor made from another tensor (``torch.as_tensor(t)``, which
+    keeps ``t``'s device). Everything else (``*_like``, ``new_*``, module parameters, the inputs)
+    keeps its device, so an operation that mixes a redirected tensor with the model's raises, as
+    it would on a GPU. ``redirected`` names the factories it moved."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -393,10 +394,15 @@ class _UnplacedToMeta(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func in self.factories and kwargs.get("device") is None:
+        name = getattr(func, "__name__", "")
+        takes_data = name in ("tensor", "as_tensor", "asarray", "nested_tensor") or \
+            name.startswith("sparse_")
+        from_tensor = takes_data and (any(isinstance(a, torch.Tensor) for a in args)
+                                      or isinstance(kwargs.get("data"), torch.Tensor))
+        if func in self.factories and kwargs.get("device") is None and not from_tensor:
             result = func(*args, **kwargs)
             if isinstance(result, torch.Tensor) and result.dim() > 0:
-                self.redirected.append(getattr(func, "__name__", repr(func)))
+                self.redirected.append(name or repr(func))
                 return result.to("meta")
             return result
         return func(*args, **kwargs)
