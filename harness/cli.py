@@ -791,9 +791,13 @@ def oracle_strength_cmd(
     operator: Annotated[list[str] | None, typer.Option(help="only these operators")] = None,
     mutant: Annotated[list[str] | None, typer.Option(
         help="only these mutant ids (e.g. to re-check survivors)")] = None,
+    rescore: Annotated[Path | None, typer.Option(
+        help="rewrite the report of this earlier run (runs/oracle-strength/T/run-N) with the "
+        "current equivalence marks; grades nothing")] = None,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
     from harness.oracle_strength import oracle_strength
+    from harness.oracle_strength import rescore as rescore_report
 
     packet_dir = packet or REPO_ROOT / "task_packets" / task
     hidden_dir = hidden or REPO_ROOT / "hidden" / task
@@ -801,10 +805,14 @@ def oracle_strength_cmd(
         if not needed.is_file():
             raise HarnessError(f"task {task!r}: {needed} is missing",
                                "pass --packet/--hidden or add the task's files")
-    report = oracle_strength(task, packet_dir, hidden_dir, DEFAULT_RUNS / "oracle-strength" / task,
-                             report_dir, limit=limit,
-                             seed=seed, operators=set(operator) if operator else None,
-                             ids=set(mutant) if mutant else None, log=_log)
+    if rescore is not None:
+        report = rescore_report(task, hidden_dir, rescore, report_dir, log=_log)
+    else:
+        report = oracle_strength(task, packet_dir, hidden_dir,
+                                 DEFAULT_RUNS / "oracle-strength" / task, report_dir,
+                                 limit=limit, seed=seed,
+                                 operators=set(operator) if operator else None,
+                                 ids=set(mutant) if mutant else None, log=_log)
     table = Table(title=f"oracle strength: {task}")
     for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
         table.add_column(column)

@@ -296,6 +296,45 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         graded = _grade_mutants(client, baseline, packet_dir / "packet.yaml", hidden_dir,
                                 reference, mutants, out_dir,
                                 timeout_s=900.0 + per_mutant_s * len(mutants), log=log)
+    (out_dir / RUN_SETTINGS).write_text(json.dumps(
+        {"seed": seed, "limit": limit, "selected": bool(operators or ids)}))
+    return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir, seed=seed,
+                         limit=limit, whole=not (operators or ids), log=log)
+
+
+RUN_SETTINGS = "run.json"
+
+
+def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
+            log: Callable[[str], None] = print) -> OracleStrengthReport:
+    """The report of an earlier run again, with today's equivalence marks; nothing is graded.
+
+    The workflow for survivors: run, read the report, mark the equivalent ones with their
+    reasons, rescore.
+    """
+    try:
+        mutants = [Mutant.model_validate(m)
+                   for m in json.loads((run_dir / "mutants.json").read_text())]
+        graded = MutantsReport.model_validate_json((run_dir / "out" / RESULTS_NAME).read_text())
+        settings = (json.loads((run_dir / RUN_SETTINGS).read_text())
+                    if (run_dir / RUN_SETTINGS).is_file() else {})
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{run_dir} holds no complete oracle-strength run ({exc})",
+                           "pass a runs/oracle-strength/<task>/run-N folder whose run finished"
+                           ) from None
+    if graded.task_id != task:
+        raise HarnessError(f"{run_dir} is a run of {graded.task_id}, not {task}",
+                           "pass the task the run was made for")
+    equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
+    return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir,
+                         seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
+                         whole=not settings.get("selected", False), log=log)
+
+
+def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: MutantsReport,
+                  equivalents: dict[str, str], report_dir: Path, *, seed: int,
+                  limit: int | None, whole: bool,
+                  log: Callable[[str], None]) -> OracleStrengthReport:
     if graded.reference_verdict not in ("complete", "complete_on_cpu"):
         raise HarnessError(f"the hidden checks fail {task}'s unmutated reference "
                            f"({', '.join(graded.reference_failing) or graded.reference_verdict})",
@@ -309,7 +348,7 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
     (report_dir / f"{task}.md").write_text(render_markdown(report))
     stale = sorted(set(equivalents) - {e.mutant.id for e in report.entries
                                         if e.equivalent is not None})
-    if stale and limit is None and operators is None and ids is None:
+    if stale and limit is None and whole:
         log(f"note: marked equivalent but not surviving (killed now, or no longer generated): "
             f"{', '.join(stale)}")
     return report

@@ -196,3 +196,31 @@ def test_equivalence_marks_need_a_reason(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match="without a reason"):
         load_equivalents(path)
     assert load_equivalents(tmp_path / "absent.yaml") == {}
+
+
+def test_rescore_applies_new_equivalence_marks_without_grading(tmp_path: Path) -> None:
+    from grading.mutants import MutantResult, MutantsReport
+    from harness.oracle_strength import rescore
+
+    def m(mid: str) -> Mutant:
+        return Mutant(id=mid, operator="constant", family="classic", path="p.py", line=1,
+                      original="a = 1", mutated="a = 2", change="-a = 1\n+a = 2\n", diff="d")
+    run = tmp_path / "run-1"
+    (run / "out").mkdir(parents=True)
+    (run / "mutants.json").write_text(
+        "[" + ",".join(x.model_dump_json() for x in (m("constant-a"), m("constant-b"))) + "]")
+    graded = MutantsReport(task_id="t", reference_verdict="complete", reference_duration_s=1,
+                           hidden_test_timeout_s=60, grader_source_sha256="g",
+                           hidden_tree_sha256="h", mutants=[
+                               MutantResult(id="constant-a", status="killed", killed_by="x"),
+                               MutantResult(id="constant-b", status="survived")])
+    (run / "out" / "mutants.json").write_text(graded.model_dump_json())
+    reports = tmp_path / "reports"
+    before = rescore("t", tmp_path, run, reports, log=lambda _m: None)
+    assert (before.score, before.survived) == (0.5, 1)
+    (reports / "t.equivalent.yaml").write_text("constant-b: a is never read after this line\n")
+    after = rescore("t", tmp_path, run, reports, log=lambda _m: None)
+    assert (after.score, after.survived, after.equivalent) == (1.0, 0, 1)
+    assert "equivalent: a is never read" in (reports / "t.md").read_text()
+    with pytest.raises(HarnessError, match="is a run of t, not u"):
+        rescore("u", tmp_path, run, reports, log=lambda _m: None)
