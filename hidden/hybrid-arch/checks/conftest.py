@@ -174,6 +174,21 @@ def launch_script(name: str, base: Path, script: Path, args: list[str], *, nproc
     return Run(name=name, out=job, result=result)
 
 
+# Cheapest first: the mixer checks are single probe calls (seconds), the others wait on training
+# runs (minutes on a loaded host). Which checks run and what they judge do not depend on the
+# order (every run is a session fixture); a grade that stops at its first failing contract
+# (oracle-strength's mutants) stops sooner.
+MODULE_ORDER = ("test_mixer.py", "test_cli.py", "test_compat.py", "test_distributed.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
+
+    items.sort(key=rank)  # stable: a module's checks keep their order
+
+
 # ---------------------------------------------------------------------------------------------
 # The runs (each at most once per pytest process)
 
@@ -189,9 +204,18 @@ def _eq_args(config: str, dtype: str, *extra: str) -> list[str]:
             "--dtype", dtype, *extra]
 
 
+def _with_ckpt(name: str, runs_dir: Path, config: str, dtype: str, nproc: int) -> Run:
+    """A 20-step run of ``config`` that also checkpoints at step 10 (into its own job folder)."""
+    job = sealed.job_dir(name)
+    return launch_train(name, runs_dir, _eq_args(
+        config, dtype, "--save-every", str(RESUME_AT), "--ckpt", str(job / "ckpt")),
+        nproc=nproc, job=job)
+
+
 @pytest.fixture(scope="session")
 def cpu1_fp64(runs_dir: Path) -> Run:
-    return launch_train("cpu1-fp64", runs_dir, _eq_args("cpu-1", "fp64"), nproc=1)
+    """Uninterrupted cpu-1 fp64 run that also checkpoints at step 10."""
+    return _with_ckpt("cpu1-fp64", runs_dir, "cpu-1", "fp64", nproc=1)
 
 
 @pytest.fixture(scope="session")
@@ -207,15 +231,13 @@ def fsdp_fp64(runs_dir: Path) -> Run:
 @pytest.fixture(scope="session")
 def ddp_fp32_ckpt(runs_dir: Path) -> Run:
     """Uninterrupted gloo-ddp-2 fp32 run that also checkpoints at step 10."""
-    job = sealed.job_dir("ddp-fp32-ckpt")
-    return launch_train("ddp-fp32-ckpt", runs_dir, _eq_args(
-        "gloo-ddp-2", "fp32", "--save-every", str(RESUME_AT), "--ckpt", str(job / "ckpt")),
-        nproc=2, job=job)
+    return _with_ckpt("ddp-fp32-ckpt", runs_dir, "gloo-ddp-2", "fp32", nproc=2)
 
 
 @pytest.fixture(scope="session")
 def fsdp_fp32(runs_dir: Path) -> Run:
-    return launch_train("fsdp-fp32", runs_dir, _eq_args("gloo-fsdp-2", "fp32"), nproc=2)
+    """Uninterrupted gloo-fsdp-2 fp32 run that also checkpoints at step 10."""
+    return _with_ckpt("fsdp-fp32", runs_dir, "gloo-fsdp-2", "fp32", nproc=2)
 
 
 def resume_train(name: str, base: Path, ckpt: Path, args: list[str], *, nproc: int,
@@ -226,16 +248,34 @@ def resume_train(name: str, base: Path, ckpt: Path, args: list[str], *, nproc: i
     return launch_train(name, base, [*args, "--resume", str(given)], nproc=nproc, root=root)
 
 
-@pytest.fixture(scope="session")
-def ddp_fp32_resumed(runs_dir: Path, ddp_fp32_ckpt: Run) -> Run:
-    """A fresh gloo-ddp-2 launch continuing from (a copy of) the step-10 checkpoint to step 20."""
-    name = "ddp-fp32-resumed"
-    ckpt = ddp_fp32_ckpt.out / "ckpt" / f"step-{RESUME_AT}"
-    if not ddp_fp32_ckpt.ok:
+def _resumed(name: str, runs_dir: Path, full: Run, config: str, dtype: str, nproc: int) -> Run:
+    """A fresh launch of ``config`` continuing from (a copy of) ``full``'s step-10 checkpoint
+    to step 20."""
+    ckpt = full.out / "ckpt" / f"step-{RESUME_AT}"
+    if not full.ok:
         return Run(name=name, out=runs_dir / name, skipped="the uninterrupted run failed")
     if not ckpt.is_dir():
         return Run(name=name, out=runs_dir / name, skipped=f"no checkpoint at {ckpt}")
-    return resume_train(name, runs_dir, ckpt, _eq_args("gloo-ddp-2", "fp32"), nproc=2)
+    return resume_train(name, runs_dir, ckpt, _eq_args(config, dtype), nproc=nproc)
+
+
+@pytest.fixture(scope="session")
+def ddp_fp32_resumed(runs_dir: Path, ddp_fp32_ckpt: Run) -> Run:
+    """A fresh gloo-ddp-2 launch continuing from (a copy of) the step-10 checkpoint to step 20."""
+    return _resumed("ddp-fp32-resumed", runs_dir, ddp_fp32_ckpt, "gloo-ddp-2", "fp32", nproc=2)
+
+
+@pytest.fixture(scope="session")
+def cpu1_fp64_resumed(runs_dir: Path, cpu1_fp64: Run) -> Run:
+    """A fresh cpu-1 fp64 launch continuing from cpu1_fp64's step-10 checkpoint."""
+    return _resumed("cpu1-fp64-resumed", runs_dir, cpu1_fp64, "cpu-1", "fp64", nproc=1)
+
+
+@pytest.fixture(scope="session")
+def fsdp_fp32_resumed(runs_dir: Path, fsdp_fp32: Run) -> Run:
+    """A fresh gloo-fsdp-2 fp32 launch continuing from fsdp_fp32's step-10 (sharded)
+    checkpoint."""
+    return _resumed("fsdp-fp32-resumed", runs_dir, fsdp_fp32, "gloo-fsdp-2", "fp32", nproc=2)
 
 
 def resume_perturbed(name: str, contents: dict[str, Any], args: list[str], *, nproc: int,
@@ -248,6 +288,14 @@ def resume_perturbed(name: str, contents: dict[str, Any], args: list[str], *, np
     folder.parent.mkdir(parents=True, exist_ok=True)
     judge_replay.write_checkpoint(contents, folder)
     return resume_train(name, base, folder, args, nproc=nproc, root=root)
+
+
+@pytest.fixture(scope="session")
+def cuda_runs(runs_dir: Path) -> list[Run]:
+    """The CUDA configurations' 20-step fp32 (bf16 autocast) AMAM runs; only requested by the
+    CUDA check, after it has seen two GPUs."""
+    return [launch_train(f"{config}-fp32", runs_dir, _eq_args(config, "fp32"), nproc=2)
+            for config in ("cuda-ddp-2", "cuda-fsdp-2")]
 
 
 @pytest.fixture(scope="session")

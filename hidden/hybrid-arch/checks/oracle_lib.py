@@ -29,6 +29,17 @@ EQ_STEPS = 20  # equivalence and resume runs (TASK.md: fixed settings)
 RESUME_AT = 10
 
 
+# The declared CUDA configurations; the grader reports them not_run on a host without two GPUs
+# (grading.grade.unavailable_configurations), and the checks that name them run their CUDA part
+# only where they can run.
+CUDA_CONFIGURATIONS = ("cuda-ddp-2", "cuda-fsdp-2")
+
+
+def gpus() -> int:
+    """GPUs the judge sees (the CUDA configurations need two)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def workdir() -> Path:
     return Path(os.environ["GRADING_WORKDIR"])
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import judge_replay
+import torch
 from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 
 from grading.compare import as_float, within
@@ -58,17 +59,20 @@ def _replay_errors(run: Any, traj: judge_replay.Trajectory) -> dict[str, float]:
             "loss": loss_err, "lr": lr_err}
 
 
-def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, programs: Any,
-                                                record_property: Any) -> None:
+def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_cpu1: Any,
+                                                programs: Any, record_property: Any) -> None:
     """train.py --layer-pattern AMM (no --n-layers) builds 3 layers with that pattern, records
     it in summary.json, and a pattern with other characters is rejected; the run trains that
     model: its final weights, optimizer state and logged losses are the judge's replay of the
-    two steps with the candidate's seeded AMM model (1e-5)."""
+    two steps with the candidate's seeded AMM model (1e-5). The CLI's defaults are TASK.md's:
+    without --layer-pattern summary.json records the pattern used, "AAAA" (4 layers), and
+    without --dtype the weights are fp32."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
-    record_property("tolerance", "exact (strings, key sets)")
-    record_property("why", "TASK.md: --n-layers defaults to the pattern's length; "
-                    "summary['model']['layer_pattern'] is the pattern used")
+    record_property("tolerance", "exact (strings, key sets, dtypes)")
+    record_property("why", "TASK.md: --n-layers defaults to the pattern's length (4 without a "
+                    "pattern); summary['model']['layer_pattern'] is the pattern used, a string "
+                    "of length n_layers; the fixed settings train in fp32")
     cli_run.require(record_property)
     summary = cli_run.summary()
     model = summary.get("model", {})
@@ -80,6 +84,14 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, programs: Any,
     assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
     problems = check_key_schema(final["model"], "AMM")
     assert problems == [], problems
+    _require_fp32(final["model"], "train.py --layer-pattern AMM (no --dtype)")
+    # No --layer-pattern: the pattern used is all attention, recorded as such.
+    candidate_default_cpu1.require(record_property)
+    default_model = candidate_default_cpu1.summary().get("model", {})
+    record_property("summary_model_without_pattern", str(default_model))
+    assert default_model.get("layer_pattern") == "AAAA" and default_model.get("n_layers") == 4, (
+        f"without --layer-pattern summary.json records {default_model}, not the pattern used "
+        "('AAAA', 4 layers)")
     errors = _replay_errors(cli_run, programs.trajectory("AMM-float32", CLI_STEPS))
     for what, err in errors.items():
         record_property(f"vs_judge_{what}_max_abs_diff", err)
@@ -105,8 +117,15 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, programs: Any,
     assert returncode != 0, "--layer-pattern AXA was accepted"
 
 
+def _require_fp32(state: dict[str, Any], run: str) -> None:
+    """Every floating tensor of a final model state is fp32 (TASK.md's default dtype)."""
+    odd = {k: str(v.dtype) for k, v in state.items()
+           if type(v) is torch.Tensor and v.is_floating_point() and v.dtype != torch.float32}
+    assert not odd, f"{run}: weights not in the default fp32: {dict(list(odd.items())[:4])}"
+
+
 def test_quality_heldout_loss(quality_run: Any, programs: Any, record_property: Any) -> None:
-    """Held-out loss after the default 200 cpu-1 steps with --layer-pattern AMAM (seed 0) lies
+    """Held-out loss after the default 200 cpu-1 fp32 steps with --layer-pattern AMAM (seed 0) lies
     in [0.55, 0.68] (reference 0.639, all-attention 0.721), computed by the judge from the run's
     final weights with the candidate's exported AMAM model; the weights are the judge's replay
     of the 200 steps (1e-2) and summary.json reports that loss (1e-4)."""
@@ -129,6 +148,7 @@ def test_quality_heldout_loss(quality_run: Any, programs: Any, record_property: 
     # replayed as itself and pass the replay).
     problems = check_key_schema(final["model"], PATTERN, stack_only=True)
     assert problems == [], f"the final weights are not an {PATTERN} stack: {problems}"
+    _require_fp32(final["model"], "the quality run (no --dtype)")
     traj = programs.trajectory("AMAM-float32", QUALITY_STEPS)
     errors = _replay_errors(quality_run, traj)
     for what, err in errors.items():

@@ -24,19 +24,22 @@ import json
 from typing import Any
 
 import judge_replay
+import pytest
 import torch
 from oracle_lib import (
+    CUDA_CONFIGURATIONS,
     EQ_STEPS,
     GLOBAL_KEYS,
     PATTERN,
     RESUME_AT,
     check_key_schema,
+    gpus,
     read_checkpoint,
     tree_max_diff,
     worst_key,
 )
 
-from grading.compare import within, worst
+from grading.compare import as_tensor, within, worst
 
 # QUALIFICATION.md: cpu-1 vs gloo-ddp-2 fp64 final params 8.9e-16 (reference, AMAM); only the
 # reduction order differs, a real bug moves params by > 1e-4.
@@ -273,3 +276,104 @@ def test_resume_gloo_ddp2_bitwise(
     run.require(record_property)
     _check_pattern(run)
     _anchor(run, expected, "fp32", record_property, first_step=RESUME_AT)
+
+
+def _resume_matches(full: Any, resumed: Any, label: str, record_property: Any) -> None:
+    """``resumed`` (a fresh launch from ``full``'s step-10 checkpoint) ends bitwise where
+    ``full`` ends (model and optimizer), logging exactly ``full``'s steps 10-19."""
+    full.require(record_property)
+    resumed.require(record_property)
+    _check_pattern(full)
+    _check_pattern(resumed)
+    assert resumed.summary().get("resumed_from") == RESUME_AT, (
+        f"{label}: summary.json resumed_from is {resumed.summary().get('resumed_from')!r}")
+    a, b = full.final(), resumed.final()
+    for part in ("model", "optim"):
+        diff = tree_max_diff(b.get(part), a.get(part))
+        record_property(f"{label}_{part}_max_abs_diff", diff)
+        assert within(diff, 0.0), f"{label}: resumed vs uninterrupted {part} differ by {diff}"
+    steps_full = {m.get("step"): m for m in full.metrics()}
+    steps_resumed = resumed.metrics()
+    assert [m.get("step") for m in steps_resumed] == list(range(RESUME_AT, EQ_STEPS)), (
+        f"{label}: the resumed run logged steps {[m.get('step') for m in steps_resumed]}")
+    got = [[m.get("loss"), m.get("lr")] for m in steps_resumed]
+    want = [[steps_full.get(m["step"], {}).get("loss"), steps_full.get(m["step"], {}).get("lr")]
+            for m in steps_resumed]
+    assert within(tree_max_diff(got, want), 0.0), (label, got, want)
+
+
+def test_resume_cpu1_and_gloo_fsdp2_bitwise(
+    cpu1_fp64: Any, cpu1_fp64_resumed: Any, fsdp_fp32: Any, fsdp_fp32_resumed: Any,
+    programs: Any, record_property: Any
+) -> None:
+    """A hybrid (AMAM) run resumed in a fresh launch from its own step-10 checkpoint ends bitwise
+    equal (model, optimizer, logged losses and LRs) to the uninterrupted run under cpu-1 (fp64,
+    an unwrapped model) and gloo-fsdp-2 (fp32, sharded DTensor state), not only under gloo-ddp-2;
+    both uninterrupted runs are the judge's replay of the specified training (fp64 1e-10,
+    fp32 1e-3)."""
+    record_property("oracle", "differential")
+    record_property("configurations", "cpu-1,gloo-fsdp-2")
+    record_property("tolerance", 0.0)
+    record_property("why", "TASK.md: for every pattern and configuration a resumed run ends "
+                    "bitwise equal; DCP saves and loads a plain state dict (cpu-1), a replicated "
+                    "one (DDP) and sharded DTensors (FSDP2) by different paths, so a mixer state "
+                    "that checkpoints under DDP can still be lost or misplaced under the others")
+    _resume_matches(cpu1_fp64, cpu1_fp64_resumed, "cpu-1 fp64", record_property)
+    _resume_matches(fsdp_fp32, fsdp_fp32_resumed, "gloo-fsdp-2 fp32", record_property)
+    record_property("replay_tolerance", json.dumps(REPLAY_TOL))
+    _anchor(cpu1_fp64, programs.trajectory("AMAM-float64", EQ_STEPS), "fp64", record_property)
+    _anchor(fsdp_fp32, programs.trajectory("AMAM-float32", EQ_STEPS), "fp32", record_property)
+
+
+# Every configuration, CUDA included where it can run: the same regime (a 20-step AMAM fp32 run)
+# judged the same way on each.
+
+# Logged training losses of a CUDA run (bf16 autocast) vs the judge's fp32 CPU replay. Not
+# measured on a GPU host yet (the host these checks were validated on has none): bf16 autocast
+# moves a loss of ~3-4 by ~1e-2 (measured 3e-2 on CPU logits with CPU bf16 autocast); a run
+# that does not train, or trains another model or data, is off by more than 0.1 early on.
+CUDA_LOSS_TOL = 0.1
+
+
+def test_every_configuration_trains_the_pattern(
+    request: pytest.FixtureRequest, cpu1_fp64: Any, ddp_fp32_ckpt: Any, fsdp_fp32: Any,
+    programs: Any, record_property: Any
+) -> None:
+    """Every declared configuration trains the hybrid (AMAM) stack for 20 steps: each run
+    finishes, records and holds the pattern, ends with finite weights and logs the losses and
+    LRs of the judge's replay of the specified training (cpu-1 fp64, gloo-ddp-2 and gloo-fsdp-2
+    fp32: losses 1e-4; cuda-ddp-2 and cuda-fsdp-2, fp32 with bf16 autocast, only on a host with
+    two GPUs: 0.1)."""
+    record_property("oracle", "reference")
+    record_property("configurations", ",".join(["cpu-1", "gloo-ddp-2", "gloo-fsdp-2",
+                                                *CUDA_CONFIGURATIONS]))
+    record_property("tolerance", f"logged losses: CPU {LOSS_TOL}, CUDA {CUDA_LOSS_TOL}; LRs "
+                    f"{LR_TOL}")
+    record_property("why", "TASK.md: every pattern trains under cpu-1, gloo-ddp-2, gloo-fsdp-2 "
+                    "and the CUDA variants on a GPU host; the CPU runs measured <= 4.8e-7 from "
+                    "the judge's losses. The CUDA tolerance is not measured (no GPU here): "
+                    "bf16 autocast moves a loss of ~3-4 by ~1e-2")
+    runs = [(cpu1_fp64, programs.trajectory("AMAM-float64", EQ_STEPS), LOSS_TOL),
+            (ddp_fp32_ckpt, programs.trajectory("AMAM-float32", EQ_STEPS), LOSS_TOL),
+            (fsdp_fp32, programs.trajectory("AMAM-float32", EQ_STEPS), LOSS_TOL)]
+    available = gpus()
+    record_property("gpus", available)
+    if available >= 2:
+        # Launched only here, and only where the CUDA configurations can run.
+        runs += [(run, programs.trajectory("AMAM-float32", EQ_STEPS), CUDA_LOSS_TOL)
+                 for run in request.getfixturevalue("cuda_runs")]
+    record_property("runs_judged", ",".join(run.name for run, _, _ in runs))
+    for run, traj, tol in runs:
+        run.require(record_property)
+        _check_pattern(run)
+        final = run.final().get("model")
+        assert isinstance(final, dict), f"{run.name}: final_state.pt holds no model state dict"
+        for key, value in final.items():
+            t = as_tensor(value)
+            assert t is not None and bool(torch.isfinite(t).all()), (
+                f"{run.name}: the final {key} is not finite")
+        loss_err, lr_err = judge_replay.metrics_errors(run.metrics(), traj)
+        record_property(f"{run.name}_vs_judge_loss_max_abs_diff", loss_err)
+        record_property(f"{run.name}_vs_judge_lr_max_abs_diff", lr_err)
+        assert within(loss_err, tol), f"{run.name}: logged losses off the judge's by {loss_err}"
+        assert within(lr_err, LR_TOL), f"{run.name}: logged LRs off the judge's by {lr_err}"

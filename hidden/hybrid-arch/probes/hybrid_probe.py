@@ -8,6 +8,7 @@ no tolerance and no canary: every comparison is made by the checks (the judge).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -276,10 +277,46 @@ def _placed(value: Any) -> dict[str, Any]:
             "value": _tensor(value) if cpu else None, "type": "Tensor"}
 
 
+class _UnplacedToMeta(torch.overrides.TorchFunctionMode):
+    """Every tensor factory called without ``device=`` (``torch.zeros``, ``torch.arange``,
+    ``torch.ones``, ``torch.tensor``, ...) builds its tensor on the ``meta`` device instead of
+    the CPU, as a device-less factory builds it on the CPU while the model lives on a GPU. A
+    0-dim result stays on the CPU (a CPU scalar tensor mixes with GPU tensors, so it is no
+    placement error there either), and so does a tensor made from another tensor
+    (``torch.tensor(t)`` keeps ``t``'s device). Everything else (``*_like``, ``new_*``, the
+    parameters, the inputs) keeps its device, so an operation mixing a redirected tensor with
+    the model's raises, as it would on a GPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.utils._device import _device_constructors
+
+        self.factories = _device_constructors()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        takes_data = name in ("tensor", "as_tensor", "asarray") or name.startswith("sparse_")
+        from_tensor = takes_data and (any(isinstance(a, torch.Tensor) for a in args)
+                                      or isinstance(kwargs.get("data"), torch.Tensor))
+        if func in self.factories and kwargs.get("device") is None and not from_tensor:
+            result = func(*args, **kwargs)
+            if isinstance(result, torch.Tensor) and result.dim() > 0:
+                return result.to("meta")
+            return result
+        return func(*args, **kwargs)
+
+
 def _placement_run(m: ModuleType, model: Any, tokens: torch.Tensor, batch: torch.Tensor,
                    chunk: int, meta: bool) -> dict[str, Any]:
-    if meta:
-        torch.set_default_device("meta")
+    mode = _UnplacedToMeta() if meta else contextlib.nullcontext()
+    with mode:
+        return _placement_observations(m, model, tokens, batch, chunk)
+
+
+def _placement_observations(m: ModuleType, model: Any, tokens: torch.Tensor,
+                            batch: torch.Tensor, chunk: int) -> dict[str, Any]:
     try:
         model.eval()
         with torch.no_grad():
@@ -293,8 +330,6 @@ def _placement_run(m: ModuleType, model: Any, tokens: torch.Tensor, batch: torch
         F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).backward()
         grads = {n: _placed(p.grad) for n, p in model.named_parameters()}
     finally:
-        if meta:
-            torch.set_default_device(None)
         model.eval()
     out = {"full": _placed(full), "decoded": _placed(decoded), "logits": _placed(logits),
            "grads": grads, "cache": [{k: v for k, v in c.items() if k != "value"}
@@ -306,13 +341,13 @@ def _placement_run(m: ModuleType, model: Any, tokens: torch.Tensor, batch: torch
 def placement_runs(patterns: list[str], std: float, seed: int, tokens: torch.Tensor,
                    batch: torch.Tensor, chunk: int) -> dict[str, Any]:
     """Per pattern, the fp64 scaled model (CPU parameters; the token inputs are CPU tensors) run
-    twice with the same weights: as is (``plain``), and with ``torch.set_default_device("meta")``
-    in force (``meta``), where every tensor the model creates without an explicit device lands
-    on the meta device. Each run: the full forward of ``tokens`` and ``decode_logits(chunk)``
-    (eval mode, no_grad), the placement of every tensor of ``init_cache(batch)``, and the
-    next-token cross-entropy gradients of a train-mode forward over ``batch``; every tensor as
-    its device, dtype and (CPU tensors only) values. A run that raises gives ``error``.
-    ``keys[pattern]``: the model's state-dict keys."""
+    twice with the same weights: as is (``plain``), and under :class:`_UnplacedToMeta`
+    (``meta``), where every tensor the model creates with a factory and no ``device=`` (0-dim
+    ones excepted) lands on the meta device. Each run: the full forward of ``tokens`` and
+    ``decode_logits(chunk)`` (eval mode, no_grad), the placement of every tensor of
+    ``init_cache(batch)``, and the next-token cross-entropy gradients of a train-mode forward
+    over ``batch``; every tensor as its device, dtype and (CPU tensors only) values. A run
+    that raises gives ``error``. ``keys[pattern]``: the model's state-dict keys."""
     m = _model_module()
     out: dict[str, Any] = {"keys": {}}
     for pattern in patterns:
@@ -426,3 +461,51 @@ def other_sizes(pattern: str, sizes: dict[str, int], std: float, seed: int,
     return {"prefix": prefix_logits(pattern, "float64", std, seed, tokens, sizes),
             "decoding": cached_decoding([pattern], dtypes, std, seed, tokens, chunks, schedule,
                                         sizes)}
+
+
+def cuda_runs(patterns: list[str], std: float, seed: int, tokens: torch.Tensor,
+              batch: torch.Tensor, chunk: int) -> dict[str, Any]:
+    """Per pattern, the fp32 scaled model moved to ``cuda:0`` with its inputs: the full forward
+    and ``decode_logits(chunk)`` (eval, no_grad), both again under bf16 autocast (as the CUDA
+    configurations train) with the dtypes of the decoding state after it, the placement of
+    ``init_cache(batch)``'s tensors, the LM-loss gradients of a train-mode forward; and the
+    same weights' full forward on the CPU (``cpu_full``). Every tensor as its device, dtype
+    and values (copied to the CPU here)."""
+    m = _model_module()
+    dev = torch.device("cuda", 0)
+
+    def seen(value: Any) -> dict[str, Any]:
+        if not isinstance(value, torch.Tensor):
+            return {"device": None, "dtype": None, "value": None, "type": type(value).__name__}
+        return {"device": value.device.type, "dtype": str(value.dtype).removeprefix("torch."),
+                "value": _tensor(value.detach().cpu()), "type": "Tensor"}
+
+    out: dict[str, Any] = {"keys": {}}
+    for pattern in patterns:
+        model = _scaled_model(m, pattern, "float32", std, seed)
+        out["keys"][pattern] = _keys(model)
+        with torch.no_grad():
+            cpu_full = model(tokens)
+        model = model.to(dev)
+        x, b = tokens.to(dev), batch.to(dev)
+        with torch.no_grad():
+            full, decoded = model(x), m.decode_logits(model, x, chunk=chunk)
+            cache = model.init_cache(x.shape[0])
+            placed = [seen(t) for e in cache for t in _tensors_in(e)]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                amp_full = model(x)
+                amp_cache = model.init_cache(x.shape[0])
+                amp_decoded = _decode_chunks(model, x, chunk, amp_cache)
+            amp_state = [str(t.dtype).removeprefix("torch.")
+                         for e in amp_cache for t in _tensors_in(e)]
+        model.train()
+        logits = model(b[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1).float(), b[:, 1:].flatten()).backward()
+        out[pattern] = {
+            "cpu_full": _tensor(cpu_full), "full": seen(full), "decoded": seen(decoded),
+            "amp_full": seen(amp_full), "amp_decoded": seen(amp_decoded),
+            "amp_state_dtypes": amp_state, "cache": [{k: v for k, v in c.items() if k != "value"}
+                                                     for c in placed],
+            "grads": {n: seen(p.grad) for n, p in model.named_parameters()},
+        }
+    return out
