@@ -85,6 +85,15 @@ def grader_sandbox(client: docker.DockerClient, image: str, *, labels: dict[str,
                    cap_add=JUDGE_CAPABILITIES)
 
 
+def send_inputs(sandbox: Sandbox, entries: dict[str, Path]) -> None:
+    """Make the grader's folders and put ``entries`` under ``INPUT_DIR``. Inputs and outputs
+    are root-owned and 0700: the candidate uid inside never reads them."""
+    sandbox.exec(["sh", "-c", f"mkdir -p {INPUT_DIR} {OUTPUT_DIR} {WORK_DIR} && "
+                  f"chmod 700 {INPUT_DIR} {OUTPUT_DIR} && chmod 711 {WORK_DIR}"],
+                 timeout_s=30, user=JUDGE_USER)
+    sandbox.put_archive(INPUT_DIR, tar_inputs(entries))
+
+
 class GraderInputs(BaseModel):
     """Everything the grader container receives: nothing about arm, session or transcript."""
 
@@ -105,7 +114,7 @@ class Expected(BaseModel):
     grader_source_sha256: str
 
 
-def _canaries(hidden: Path) -> list[bytes]:
+def canaries(hidden: Path) -> list[bytes]:
     canary = hidden / "CANARY"
     return [canary.read_text().strip().encode()] if canary.is_file() else []
 
@@ -246,14 +255,10 @@ def grade_diff(
         with grader_sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
                             labels={"org.harness.role": "grader",
                                     "org.harness.submission": submission_id}) as sandbox:
-            # Root-owned and 0700: the candidate uid inside never reads inputs or outputs.
-            sandbox.exec(["sh", "-c", f"mkdir -p {INPUT_DIR} {OUTPUT_DIR} {WORK_DIR} && "
-                          f"chmod 700 {INPUT_DIR} {OUTPUT_DIR} && chmod 711 {WORK_DIR}"],
-                         timeout_s=30, user=JUDGE_USER)
-            sandbox.put_archive(INPUT_DIR, tar_inputs({
+            send_inputs(sandbox, {
                 "baseline": inputs.baseline, "packet.yaml": inputs.packet_yaml,
                 "submission.diff": inputs.diff, "hidden": inputs.hidden,
-            }))
+            })
             result = sandbox.exec(
                 ["python", "-m", "grading", "--baseline", f"{INPUT_DIR}/baseline",
                  "--packet", f"{INPUT_DIR}/packet.yaml", "--diff", f"{INPUT_DIR}/submission.diff",
@@ -265,7 +270,7 @@ def grade_diff(
             record.update({"exit_code": result.exit_code, "timed_out": result.timed_out,
                            "duration_s": result.duration_s})
             report = collect_grade(sandbox, result, out_dir, expected,
-                                   canaries=_canaries(inputs.hidden))
+                                   canaries=canaries(inputs.hidden))
     except GraderFailed as exc:
         record["error"] = exc.reason
         raise

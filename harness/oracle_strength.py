@@ -40,9 +40,10 @@ from harness.grade import (
     OUTPUT_DIR,
     WORK_DIR,
     GraderFailed,
+    canaries,
     grader_sandbox,
     read_grader_output,
-    tar_inputs,
+    send_inputs,
 )
 from harness.mutation import OPERATORS, Mutant, generate_mutants
 from harness.records import new_numbered_dir
@@ -229,12 +230,9 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
                             name_hint=f"mutants-{run_id[:12]}",
                             labels={"org.harness.role": "grader",
                                     "org.harness.submission": run_id}) as sandbox:
-            sandbox.exec(["sh", "-c", f"mkdir -p {INPUT_DIR} {OUTPUT_DIR} {WORK_DIR} && "
-                          f"chmod 700 {INPUT_DIR} {OUTPUT_DIR} && chmod 711 {WORK_DIR}"],
-                         timeout_s=30, user=JUDGE_USER)
-            sandbox.put_archive(INPUT_DIR, tar_inputs({
+            send_inputs(sandbox, {
                 "baseline": baseline, "packet.yaml": packet_yaml, "hidden": hidden,
-                "reference.diff": reference_diff, "mutants": folder}))
+                "reference.diff": reference_diff, "mutants": folder})
             log(f"grading the reference, then {len(mutants)} mutants, in one grader container")
             result = sandbox.exec(
                 ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
@@ -247,10 +245,8 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
                 why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
                 raise GraderFailed(f"the mutant grader {why}",
                                    f"see {out_dir / 'grader-output.log'}")
-            canary_file = hidden / "CANARY"
-            canaries = [canary_file.read_text().strip().encode()] if canary_file.is_file() else []
             raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
-                                     canaries=canaries, main_file=RESULTS_NAME)
+                                     canaries=canaries(hidden), main_file=RESULTS_NAME)
     try:
         graded = MutantsReport.model_validate_json(raw)
     except ValidationError as exc:
