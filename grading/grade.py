@@ -38,6 +38,7 @@ from grading.apply import apply_diff
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.hidden import (
     FAILING_OUTCOMES,
+    NOT_SELECTED,
     STOPPED_AT_FAILURE,
     discover_hidden_tests,
     run_hidden_checks,
@@ -156,7 +157,9 @@ def grade(opts: GradeOptions) -> GradeReport:
             sealed.make_readable_tree(readable)
         sealed.check_reachable(tree)
         graded_sha = tree_sha256(tree)
-        contracts = [run_public_tests(opts, layout)]
+        contracts = [run_public_tests(opts, layout) if opts.public_tests else ContractResult(
+            id=PUBLIC_CONTRACT_ID, kind="public_tests", statement=public_statement(opts.packet),
+            outcome="not_run", reason=NOT_SELECTED)]
         if opts.stop_at_first_failure and contracts[0].outcome in FAILING_OUTCOMES:
             contracts += [ContractResult(id=HIDDEN_PREFIX + t.nodeid, kind="hidden_check",
                                          statement=t.statement, outcome="not_run",

@@ -29,6 +29,7 @@ from grading.models import (
 from grading.probe import PROBES_VAR
 from grading.public import child_env, excerpt_of, read_log_text, run_evidence
 from grading.run import RunResult, Watchdog, run_command, signal_name
+from grading.trace import TRACE_TEST_VAR
 
 
 @dataclass(frozen=True)
@@ -347,34 +348,10 @@ class _HiddenRunner:
     def run(self) -> list[ContractResult]:
         if not self.expected:
             raise GraderError(f"no hidden tests found under {self.checks}")
-        targets = [str(self.checks)]
-        round_no = 1
-        while True:
-            if self.remaining() <= 1.0:
-                self._leftovers(
-                    "not_run",
-                    f"the hidden checks' time budget ({self.opts.hidden_timeout_s:g} s) ran out "
-                    "before this test ran",
-                )
-                break
-            finished = self._round(round_no, targets)
-            if finished or self._stopped_at_failure():
-                break
-            collected = self._collect()
-            if collected is None:
-                self._leftovers("crash", "pytest could not collect the hidden checks again")
-                break
-            # Exact node ids as positional arguments: --deselect matches by prefix, and
-            # "test_x[1]" would also deselect "test_x[10]".
-            targets = [f"{self.checks}/{n}" for n in collected if n not in self.results]
-            if not targets:
-                break
-            round_no += 1
-            # Each round settles at least one test, unless the ids pytest printed while running
-            # and while collecting disagree; never loop on that.
-            if round_no > len(collected) + 1:
-                self._leftovers("crash", "the grader lost track of this test across reruns")
-                break
+        if self.opts.trace_each_hidden_test:
+            self._run_each()
+        else:
+            self._run_rounds()
         if self._stopped_at_failure():
             self._leftovers("not_run", STOPPED_AT_FAILURE)
         self._leftovers("crash", "pytest never reported this test")
@@ -384,7 +361,68 @@ class _HiddenRunner:
             key=lambda c: (order.get(_base_id(c.id[len(HIDDEN_PREFIX) :]), len(order)), c.id),
         )
 
-    def _round(self, round_no: int, targets: list[str]) -> bool:
+    def _out_of_time(self) -> bool:
+        if self.remaining() > 1.0:
+            return False
+        self._leftovers(
+            "not_run",
+            f"{BUDGET_RAN_OUT} ({self.opts.hidden_timeout_s:g} s) before this test ran",
+        )
+        return True
+
+    def _selected_targets(self) -> list[str] | None:
+        """The targets of the first round: all checks, or only ``opts.hidden_tests`` (the
+        others are settled ``not_run`` at once). None when the checks cannot be collected."""
+        if self.opts.hidden_tests is None:
+            return [str(self.checks)]
+        collected = self._collect()
+        if collected is None:
+            return None
+        chosen = [n for n in dict.fromkeys(self.opts.hidden_tests) if n in set(collected)]
+        for nodeid in collected:
+            if nodeid not in chosen:
+                self.results[nodeid] = self._contract(nodeid, "not_run", reason=NOT_SELECTED)
+        return [f"{self.checks}/{n}" for n in chosen]
+
+    def _run_rounds(self) -> None:
+        """One pytest process for every check; after a crash or hang, a new one for the rest."""
+        targets = self._selected_targets()
+        if targets is None:
+            self._leftovers("crash", "pytest could not collect the hidden checks")
+            return
+        round_no = 1
+        while targets and not self._out_of_time():
+            if self._round(round_no, targets) or self._stopped_at_failure():
+                return
+            collected = self._collect()
+            if collected is None:
+                self._leftovers("crash", "pytest could not collect the hidden checks again")
+                return
+            # Exact node ids as positional arguments: --deselect matches by prefix, and
+            # "test_x[1]" would also deselect "test_x[10]".
+            targets = [f"{self.checks}/{n}" for n in collected if n not in self.results]
+            round_no += 1
+            # Each round settles at least one test, unless the ids pytest printed while running
+            # and while collecting disagree; never loop on that.
+            if round_no > len(collected) + 1:
+                self._leftovers("crash", "the grader lost track of this test across reruns")
+                return
+
+    def _run_each(self) -> None:
+        """One pytest process per check, named to the tracer: what each check ran is its own,
+        not a session fixture's or a cache's that an earlier check filled (grading.trace)."""
+        collected = self._collect()
+        if collected is None:
+            self._leftovers("crash", "pytest could not collect the hidden checks")
+            return
+        for round_no, nodeid in enumerate(collected, 1):
+            if self._out_of_time():
+                return
+            if nodeid not in self.results:
+                self._round(round_no, [f"{self.checks}/{nodeid}"], {TRACE_TEST_VAR: nodeid})
+
+    def _round(self, round_no: int, targets: list[str],
+               extra_env: dict[str, str] | None = None) -> bool:
         """One pytest process; True when nothing is left to run."""
         stem = f"{LOG_DIR}/hidden-checks.round-{round_no}"
         log_rel, junit = f"{stem}.log", self.opts.out / f"{stem}.junit.xml"
@@ -393,7 +431,7 @@ class _HiddenRunner:
         res = run_command(
             self._argv(junit, targets),
             cwd=self.cwd,
-            env=self.env,
+            env={**self.env, **(extra_env or {})},
             timeout_s=self.remaining(),
             log_path=log_path,
             watchdog=watchdog,
@@ -466,7 +504,10 @@ class _HiddenRunner:
             )
 
 
+BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
 STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
+NOT_SELECTED = ("not run: this check never ran the mutated statement while the reference was "
+                "graded, so it cannot see the mutant")
 FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
 
 

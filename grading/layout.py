@@ -22,7 +22,7 @@ EXCERPT_CHARS = 3000
 # GRADING_TRACE_*: line coverage of the reference during mutation analysis (grading/trace.py);
 # only grading.mutants sets them in the judge's environment, and only for the reference.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-                   "GRADING_TRACE_DIR", "GRADING_TRACE_ROOT")
+                   "GRADING_TRACE_DIR", "GRADING_TRACE_ROOT", "GRADING_TRACE_TEST")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Same role as the harness's attributes: in-tree .gitattributes cannot make git apply convert,
 # filter or re-encode anything.
@@ -62,6 +62,15 @@ class GradeOptions:
     # stop at the first failing one and report the rest ``not_run``. A session's grade never
     # sets this; its report must hold every contract.
     stop_at_first_failure: bool = False
+    # Mutation analysis only, all three: which contracts a mutant's grade runs, from the
+    # reference's per-check coverage. ``hidden_tests``: exact node ids to run, in this order
+    # (None: all); ``public_tests``: whether the public test command runs; the others are
+    # reported ``not_run`` (NOT_SELECTED). ``trace_each_hidden_test``: the reference's grade runs
+    # every hidden check in its own pytest process with GRADING_TRACE_TEST set to its node id,
+    # so coverage is filed under the right check (see grading.trace).
+    hidden_tests: tuple[str, ...] | None = None
+    public_tests: bool = True
+    trace_each_hidden_test: bool = False
 
 
 @dataclass(frozen=True)

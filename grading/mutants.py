@@ -11,12 +11,17 @@ per mutant. Here one grader container grades them all in turn, and each grade:
   mutant costs its cheapest killing check, a survivor costs one full grade;
 - gives each hidden test a wall limit from the reference's own timings (3x its slowest check,
   at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default;
-- is skipped when the mutated statement never ran while the reference was graded (line
-  coverage from ``grading.trace``): no check can see a change in code it never executes, so
-  the mutant is a survivor, recorded as ``covered: false``, at no cost.
+- runs only the contracts that executed the mutated statement while the reference was graded
+  (line coverage per check from ``grading.trace``), cheapest first by the reference's timings:
+  a check that never runs a statement cannot see a change to it, since everything else it runs
+  is the reference's own code, whose result the reference's grade already gave. Checks that
+  ran no line of the graded code at all are always run. A mutant no check covers is a
+  survivor, recorded as ``covered: false``, at no cost.
 
-The unmutated reference is graded first, in full: an oracle that fails it would "kill" every
-mutant, so the run stops there with the reason.
+The unmutated reference is graded first, in full, one hidden check per pytest process so each
+check's coverage is its own (shared session fixtures and caches would otherwise file a run
+under whichever check filled them first): an oracle that fails the reference would "kill"
+every mutant, so the run stops there with the reason.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -36,7 +42,8 @@ from pydantic import BaseModel, Field
 from grading import sealed, trace
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.layout import PUBLIC_CONTRACT_ID, GradeOptions, GraderError
+from grading.hidden import BUDGET_RAN_OUT, NOT_SELECTED
+from grading.layout import HIDDEN_PREFIX, PUBLIC_CONTRACT_ID, GradeOptions, GraderError
 from grading.models import ContractResult, Verdict, contract_configurations
 from grading.packet import PacketSpec, load_packet_spec
 
@@ -66,6 +73,8 @@ class MutantResult(BaseModel):
     reason: str | None = None
     excerpt: str | None = None
     contracts_run: int = 0
+    # Contracts left out because they never ran the mutated statement (see the module doc).
+    contracts_not_covering: int = 0
     duration_s: float = 0.0
     # False: no line of the mutated statement ran in any process of the reference's grade, so
     # the mutant was not graded (it survives every check by construction).
@@ -92,8 +101,11 @@ class MutantsReport(BaseModel):
     hidden_test_timeout_s: float
     grader_source_sha256: str
     hidden_tree_sha256: str
-    # Whether line coverage of the reference was recorded (if not, every mutant is graded).
+    # Whether line coverage of the reference was recorded, per contract (if not, every mutant
+    # runs every contract).
     coverage_recorded: bool = False
+    # Contract id -> the reference's wall time for it (one process per hidden check).
+    reference_durations_s: dict[str, float] = Field(default_factory=dict)
     mutants: list[MutantResult] = Field(default_factory=list)
     duration_s: float = 0.0
 
@@ -102,13 +114,20 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
              duration_s: float) -> MutantResult:
     """The mutant's status from its (first-failure) grade."""
     ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
+    left_out = sum(c.reason == NOT_SELECTED for c in contracts)
     if not applied:
         return MutantResult(id=mutant_id, status="not_applied", duration_s=duration_s,
                             reason="the mutant's diff does not apply to the baseline")
     killer = next((c for c in ran if c.outcome != "pass"), None)
     if killer is None:
+        # A survivor whose checks did not all run is a weaker claim: say so (it still counts as
+        # survived, which can only lower the score).
+        unfinished = [c for c in contracts if c.outcome == "not_run"
+                      and (c.reason or "").startswith(BUDGET_RAN_OUT)]
         return MutantResult(id=mutant_id, status="survived", contracts_run=len(ran),
-                            duration_s=duration_s)
+                            contracts_not_covering=left_out, duration_s=duration_s,
+                            reason=f"{len(unfinished)} check(s) not run: the time budget for "
+                            "one mutant's checks ran out" if unfinished else None)
     text = "\n".join(str(killer.evidence.get(k, "")) for k in ("excerpt", "message", "details"))
     status: MutantStatus = "killed"
     if killer.outcome == "hang":
@@ -120,16 +139,55 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
         id=mutant_id, status=status, killed_by=killer.id, outcome=killer.outcome,
         configurations=contract_configurations(killer), reason=killer.reason,
         excerpt=excerpt[-EXCERPT_LIMIT:] if excerpt else None,
-        contracts_run=len(ran), duration_s=duration_s)
+        contracts_run=len(ran), contracts_not_covering=left_out, duration_s=duration_s)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The contracts one mutant's grade runs: the public tests or not, and hidden node ids."""
+
+    public: bool
+    hidden: tuple[str, ...]
+
+
+@dataclass
+class CoverageMap:
+    """What each contract of the reference's grade ran, and what it cost.
+
+    ``by_check`` is keyed as the tracer files it (a hidden node id, or ``trace.PUBLIC_KEY``);
+    ``durations`` by hidden node id.
+    """
+
+    by_check: trace.CoverageByCheck
+    durations: dict[str, float]
+
+    def covers(self, check: str, path: str, lines: set[int]) -> bool:
+        ran = self.by_check.get(check, {})
+        # A check that ran no graded code at all (it only reads files, say) cannot be judged
+        # by its coverage: it always runs.
+        return not any(ran.values()) or bool(trace.lines_of(ran, path) & lines)
+
+    def select(self, spec: MutantSpec) -> Selection:
+        lines = set(range(spec.first_line, spec.last_line + 1))
+        hidden = sorted((c for c in self.durations if self.covers(c, spec.path, lines)),
+                        key=lambda c: self.durations[c])
+        return Selection(public=self.covers(trace.PUBLIC_KEY, spec.path, lines),
+                         hidden=tuple(hidden))
 
 
 def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out: Path,
-             work: Path, *, first_failure: bool, test_timeout_s: float) -> GradeOptions:
+             work: Path, *, test_timeout_s: float, selection: Selection | None) -> GradeOptions:
+    """The reference's grade (``selection`` None: every contract, one process per hidden
+    check) or a mutant's (the selected contracts, stopped at the first failure)."""
+    reference = selection is None
     return GradeOptions(
         baseline=args.baseline.resolve(), packet=packet_spec,
         diff=diff.resolve(), hidden=args.hidden.resolve(), out=out, submission_id=diff.stem,
         work=work, hidden_timeout_s=args.mutant_timeout_s, hidden_test_timeout_s=test_timeout_s,
-        expect_hidden_sha256=args.expect_hidden_sha256, stop_at_first_failure=first_failure)
+        expect_hidden_sha256=args.expect_hidden_sha256, stop_at_first_failure=not reference,
+        hidden_tests=None if selection is None else selection.hidden,
+        public_tests=True if selection is None else selection.public,
+        trace_each_hidden_test=reference)
 
 
 def _fresh(path: Path) -> Path:
@@ -153,21 +211,21 @@ def run(args: argparse.Namespace) -> MutantsReport:
     os.environ[trace.TRACE_ROOT_VAR] = str(scratch)
     try:
         ref = grade(_options(args, packet, args.reference_diff, _fresh(scratch / "ref-out"),
-                             _fresh(scratch / "ref-work"), first_failure=False,
+                             _fresh(scratch / "ref-work"), selection=None,
                              test_timeout_s=args.reference_test_timeout_s))
     finally:
         os.environ.pop(trace.TRACE_DIR_VAR, None)
         os.environ.pop(trace.TRACE_ROOT_VAR, None)
-    ran = trace.read_lines(str(trace_dir))
-    slowest = max((float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts),
-                  default=0.0)
-    test_timeout = args.test_timeout_s or max(60.0, 3 * slowest)
+    durations = {c.id: float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts}
+    coverage = CoverageMap(trace.read_lines_by_check(str(trace_dir)), {
+        c[len(HIDDEN_PREFIX):]: s for c, s in durations.items() if c.startswith(HIDDEN_PREFIX)})
+    test_timeout = args.test_timeout_s or max(60.0, 3 * max(durations.values(), default=0.0))
     report = MutantsReport(
         task_id=packet.id, reference_verdict=ref.verdict,
         reference_failing=[c.id for c in ref.contracts if c.outcome not in ("pass", "not_run")],
         reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
         grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha,
-        coverage_recorded=bool(ran))
+        coverage_recorded=bool(coverage.by_check), reference_durations_s=durations)
     if ref.verdict not in ("complete", "complete_on_cpu"):
         return report
 
@@ -176,15 +234,17 @@ def run(args: argparse.Namespace) -> MutantsReport:
     progress = args.out / PROGRESS_NAME
     for n, spec in enumerate(specs, 1):
         mutant_id = spec.id
-        if ran and not trace.lines_of(ran, spec.path) & set(
-                range(spec.first_line, spec.last_line + 1)):
+        # Without coverage (a tracer that wrote nothing), every contract runs.
+        selection = (coverage.select(spec) if coverage.by_check
+                     else Selection(public=True, hidden=tuple(coverage.durations)))
+        if not selection.public and not selection.hidden:
             result = MutantResult(id=mutant_id, status="survived", covered=False,
                                   reason="no line of the mutated statement ran in any check")
         else:
             m0 = time.monotonic()
             graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
                                     _fresh(scratch / "out"), _fresh(scratch / "work"),
-                                    first_failure=True, test_timeout_s=test_timeout))
+                                    selection=selection, test_timeout_s=test_timeout))
             result = classify(mutant_id, graded.contracts, graded.diff.applied,
                               round(time.monotonic() - m0, 2))
         report.mutants.append(result)
@@ -210,7 +270,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--expect-hidden-sha256", default=None)
-    p.add_argument("--mutant-timeout-s", type=float, default=900.0,
+    # Each hidden test has its own limit (--test-timeout-s); this one only bounds a mutant
+    # whose many checks each stay just under it.
+    p.add_argument("--mutant-timeout-s", type=float, default=5400.0,
                    help="wall time for one mutant's hidden checks together")
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
     p.add_argument("--test-timeout-s", type=float, default=0.0,

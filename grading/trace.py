@@ -6,12 +6,19 @@ children) whatever command started it. It does nothing unless ``GRADING_TRACE_DI
 ``GRADING_TRACE_ROOT`` are set, which ``grading.mutants`` does only while it grades the
 trusted, unmutated reference; session grades never set them.
 
-Each process appends ``<file>\\t<line>`` the first time a line of a file under the root runs,
-written at once (not at exit: ranks and multiprocessing children often leave through
-``os._exit``, which runs no exit handler). Coverage can only be over-reported (another copy of
-the same file, e.g. the baseline's, counts too), never under-reported by buffering: a mutant
-on a line that never ran cannot change any check's result, and the analysis records it as a
-survivor without grading it; a mutant wrongly thought covered is simply graded.
+Each process writes a header naming the check it ran for (``GRADING_TRACE_TEST``: a hidden
+check's node id, empty for the public tests), then appends ``<file>\\t<line>`` the first time a
+line of a file under the root runs, written at once (not at exit: ranks and multiprocessing
+children often leave through ``os._exit``, which runs no exit handler). Coverage can only be
+over-reported (another copy of the same file, e.g. the baseline's, counts too), never
+under-reported by buffering: a mutant on a line that never ran in a check cannot change that
+check's result, so the analysis does not run that check for it; a check wrongly thought to
+cover a mutant is simply run.
+
+Per-check attribution is exact only when each check runs in its own pytest process: checks
+share session fixtures and ``functools.cache`` results, whose candidate runs would otherwise be
+filed under whichever check happened to run them first. ``grading.mutants`` therefore grades
+the reference one hidden check per process.
 """
 
 from __future__ import annotations
@@ -23,6 +30,13 @@ from typing import Any
 
 TRACE_DIR_VAR = "GRADING_TRACE_DIR"
 TRACE_ROOT_VAR = "GRADING_TRACE_ROOT"
+TRACE_TEST_VAR = "GRADING_TRACE_TEST"
+# What the processes started outside any hidden check (the public test command) are filed under.
+PUBLIC_KEY = ""
+_HEADER = "#test\t"
+
+# check -> file -> lines that ran in it
+CoverageByCheck = dict[str, dict[str, set[int]]]
 
 
 def install() -> None:
@@ -37,6 +51,9 @@ def install() -> None:
         prefix = os.path.realpath(root).rstrip(os.sep) + os.sep
         fd = os.open(os.path.join(out, f"{os.getpid()}-{os.urandom(8).hex()}.lines"),
                      os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        # One line, so a check id cannot forge records (ids never hold newlines).
+        test = " ".join(os.environ.get(TRACE_TEST_VAR, PUBLIC_KEY).split())
+        os.write(fd, f"{_HEADER}{test}\n".encode())
     except OSError:
         return
     seen: set[tuple[str, int]] = set()
@@ -67,9 +84,9 @@ def install() -> None:
     threading.settrace(on_call)
 
 
-def read_lines(trace_dir: str) -> dict[str, set[int]]:
-    """Every ``file -> lines`` the traced processes recorded (malformed lines skipped)."""
-    ran: dict[str, set[int]] = {}
+def read_lines_by_check(trace_dir: str) -> CoverageByCheck:
+    """``check -> file -> lines`` from every traced process (malformed lines skipped)."""
+    ran: CoverageByCheck = {}
     try:
         names = os.listdir(trace_dir)
     except OSError:
@@ -77,12 +94,25 @@ def read_lines(trace_dir: str) -> dict[str, set[int]]:
     for name in names:
         try:
             with open(os.path.join(trace_dir, name), encoding="utf-8", errors="replace") as fh:
+                first = fh.readline()
+                if not first.startswith(_HEADER):
+                    continue
+                lines = ran.setdefault(first[len(_HEADER):].rstrip("\n"), {})
                 for line in fh:
                     path, _, number = line.rstrip("\n").rpartition("\t")
                     if path and number.isdigit():
-                        ran.setdefault(path, set()).add(int(number))
+                        lines.setdefault(path, set()).add(int(number))
         except OSError:
             continue
+    return ran
+
+
+def read_lines(trace_dir: str) -> dict[str, set[int]]:
+    """Every ``file -> lines`` the traced processes recorded, whichever check they ran for."""
+    ran: dict[str, set[int]] = {}
+    for per_file in read_lines_by_check(trace_dir).values():
+        for path, lines in per_file.items():
+            ran.setdefault(path, set()).update(lines)
     return ran
 
 

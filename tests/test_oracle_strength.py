@@ -42,8 +42,12 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert killed.configurations == ["cpu-1"]
     survivor = entries[EQUIVALENT]
     assert survivor.result.status == "survived" and survivor.equivalent is not None
-    # Stopped at the first failing contract, but the survivor ran every one.
+    # Stopped at the first failing contract, but the survivor ran every check that executes
+    # its statement (a dataclass default: every one that imports the module).
     assert survivor.result.contracts_run > killed.contracts_run
+    # The CLI check that rejects a negative warmup exits before training: it never runs the
+    # deleted ``scheduler.step()``, so the killed mutant's grade left it out.
+    assert killed.contracts_not_covering >= 1
     unreached = entries[UNREACHED].result
     assert (unreached.status, unreached.covered, unreached.contracts_run) == ("survived", False, 0)
     assert survivor.result.covered and killed.covered

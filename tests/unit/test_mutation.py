@@ -224,3 +224,47 @@ def test_rescore_applies_new_equivalence_marks_without_grading(tmp_path: Path) -
     assert "equivalent: a is never read" in (reports / "t.md").read_text()
     with pytest.raises(HarnessError, match="is a run of t, not u"):
         rescore("u", tmp_path, run, reports, log=lambda _m: None)
+
+
+def test_a_mutant_runs_only_the_checks_that_ran_its_statement() -> None:
+    from grading import trace
+    from grading.mutants import CoverageMap, MutantSpec
+
+    coverage = CoverageMap(
+        by_check={
+            trace.PUBLIC_KEY: {"/w/graded/pkg/a.py": {1, 2}},
+            "t.py::slow": {"/w/graded/pkg/a.py": {1, 10, 11}},
+            "t.py::fast": {"/w/baseline/pkg/a.py": {10}},  # another copy of the file counts
+            "t.py::other": {"/w/graded/pkg/b.py": {10}},
+            "t.py::static": {},  # ran no graded code: judged by nothing, so always run
+        },
+        durations={"t.py::slow": 30.0, "t.py::fast": 2.0, "t.py::other": 1.0,
+                   "t.py::static": 5.0})
+    spec = MutantSpec(id="m", path="pkg/a.py", first_line=10, last_line=12)
+    chosen = coverage.select(spec)
+    # Cheapest first, the public tests left out (they never ran lines 10-12).
+    assert chosen.hidden == ("t.py::fast", "t.py::static", "t.py::slow")
+    assert chosen.public is False
+    on_line_one = coverage.select(MutantSpec(id="m", path="pkg/a.py", first_line=1, last_line=1))
+    assert on_line_one.public and on_line_one.hidden == ("t.py::static", "t.py::slow")
+    # A check missing from the coverage (its process never traced) always runs too.
+    unseen = CoverageMap(by_check={trace.PUBLIC_KEY: {}}, durations={"t.py::new": 1.0})
+    assert unseen.select(spec).hidden == ("t.py::new",)
+
+
+def test_checks_left_out_by_coverage_are_counted_not_run() -> None:
+    from grading.hidden import NOT_SELECTED
+
+    public_left_out = ContractResult(id="public-tests", kind="public_tests", statement="s",
+                                     outcome="not_run", reason=NOT_SELECTED)
+    survived = classify("m", [public_left_out, _contract("hidden:t.py::a", "pass")], True, 1.0)
+    assert (survived.status, survived.contracts_run, survived.contracts_not_covering) == (
+        "survived", 1, 1)
+    assert survived.reason is None
+    # A survivor whose checks ran out of time says so: not every check had its say.
+    from grading.hidden import BUDGET_RAN_OUT
+
+    cut_short = classify("m", [_contract("hidden:t.py::a", "pass"), ContractResult(
+        id="hidden:t.py::b", kind="hidden_check", statement="s", outcome="not_run",
+        reason=f"{BUDGET_RAN_OUT} (5 s) before this test ran")], True, 1.0)
+    assert cut_short.status == "survived" and "1 check(s) not run" in (cut_short.reason or "")

@@ -53,3 +53,21 @@ def test_inert_without_the_environment(tmp_path: Path) -> None:
     _run(root, {trace.TRACE_ROOT_VAR: str(root)})  # no trace folder: nothing happens
     assert list(out.iterdir()) == []
     assert trace.read_lines(str(tmp_path / "absent")) == {}
+
+
+def test_each_process_files_its_lines_under_its_check(tmp_path: Path) -> None:
+    root, out = tmp_path / "tree" / "pkg", tmp_path / "trace"
+    root.mkdir(parents=True)
+    out.mkdir()
+    (root / "mod.py").write_text(MODULE)
+    env = {trace.TRACE_DIR_VAR: str(out), trace.TRACE_ROOT_VAR: str(tmp_path / "tree")}
+    _run(root, {**env, trace.TRACE_TEST_VAR: "test_a.py::test_one[x]"})
+    _run(root, env)  # no check named: the public tests' processes
+    # A check id cannot forge a record line of its own.
+    _run(root, {**env, trace.TRACE_TEST_VAR: "evil\n/etc/passwd\t1"})
+    by_check = trace.read_lines_by_check(str(out))
+    assert set(by_check) == {"test_a.py::test_one[x]", trace.PUBLIC_KEY, "evil /etc/passwd 1"}
+    for lines in by_check.values():
+        assert {1, 2, 3, 7} <= trace.lines_of(lines, "pkg/mod.py")
+        assert all(p.endswith("/pkg/mod.py") for p in lines)
+    assert trace.read_lines(str(out)) == by_check[trace.PUBLIC_KEY]
