@@ -175,13 +175,26 @@ def configuration_results(contracts: list[ContractResult], declared: list[str],
 def verdict_for(contracts: list[ContractResult], *, diff_applied: bool,
                 configurations: dict[str, ConfigurationResult] | None = None,
                 cuda: frozenset[str] = frozenset()) -> Verdict:
-    """The honest verdict: ``complete`` only when everything declared was shown."""
+    """The honest verdict: ``complete`` only when everything declared was shown.
+
+    A contract that exercises only CUDA configurations this grader could not run (it records
+    them, then skips) is not a failure here: it is part of what is not determined for CUDA, so
+    the grade can still be ``complete_on_cpu``, never ``complete``.
+    """
     if not diff_applied:
         return "diff_rejected"
+    configurations = configurations or {}
+    unrunnable = {n for n in cuda if n in configurations
+                  and configurations[n].outcome == "not_run"}
+
+    def for_cuda_only(c: ContractResult) -> bool:
+        return c.outcome == "not_run" and set(contract_configurations(c)) <= unrunnable
+
+    judged = [c for c in contracts if not for_cuda_only(c)]
     # No contracts at all proves nothing, so it cannot be complete.
-    if not contracts or any(c.outcome != "pass" for c in contracts):
+    if not judged or any(c.outcome != "pass" for c in judged):
         return "incomplete"
-    unshown = [n for n, r in (configurations or {}).items() if r.outcome != "pass"]
+    unshown = [n for n, r in configurations.items() if r.outcome != "pass"]
     if not unshown:
         return "complete"
     if all(n in cuda for n in unshown):

@@ -389,6 +389,39 @@ def test_the_verdict_says_what_was_shown(calc_task: dict[str, Path], tmp_path: P
         assert report["configurations"]["gloo-ddp-2"]["reason"] == "no contract exercises it"
 
 
+CUDA_ONLY_HIDDEN = VERDICT_HIDDEN + '''
+
+def test_add_on_gpus(record_property):
+    """add(2, 3) is 5 under CUDA DDP."""
+    record_property("configurations", "cuda-ddp-2")
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        import pytest
+
+        pytest.skip("needs 2 GPUs")
+    assert probe.call("calc_probe", "call", name="add", args=[2, 3]) == 5
+'''
+
+
+def test_a_cuda_only_check_skipped_here_is_not_determined(calc_task: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """A contract for CUDA configurations this grader cannot run does not make the grade
+    incomplete; the grade says CUDA is not determined (complete_on_cpu), never complete."""
+    (calc_task["hidden"] / "checks" / "test_calc_hidden.py").write_text(CUDA_ONLY_HIDDEN)
+    packet = yaml.safe_load(calc_task["packet"].read_text())
+    packet["configurations"] = ["cpu-1", "cuda-ddp-2"]
+    calc_task["packet"].write_text(yaml.safe_dump(packet))
+    _, report = grade_calc(calc_task, tmp_path,
+                           lambda repo: (repo / "calc.py").write_text(CALC_SOLVED), "cuda-only")
+    if report["configurations_not_run"] == {}:
+        pytest.skip("this grader has 2 GPUs: CUDA is not unknown here")  # never on CI
+    gpu = outcomes(report)["hidden:test_calc_hidden.py::test_add_on_gpus"]
+    assert gpu == "not_run"
+    assert report["verdict"] == "complete_on_cpu"
+    assert report["configurations"]["cuda-ddp-2"]["outcome"] == "not_run"
+
+
 def grade_calc(
     task: dict[str, Path],
     tmp_path: Path,
