@@ -226,6 +226,8 @@ def run(args: argparse.Namespace) -> MutantsReport:
         reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
         grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha,
         coverage_recorded=bool(coverage.by_check), reference_durations_s=durations)
+    print(f"reference: {ref.verdict} in {ref.duration_s:.0f} s, one process per hidden check; "
+          f"per-test limit for mutants {test_timeout:.0f} s", flush=True)
     if ref.verdict not in ("complete", "complete_on_cpu"):
         return report
 

@@ -154,6 +154,8 @@ class _OutputSink:
                 self.artifact_truncated = True
             if room > 0:
                 self._file.write(chunk[:room])
+                # Flushed as it comes, so a long command's log can be followed while it runs.
+                self._file.flush()
         room = self.head_cap - len(self.head)
         if room > 0:
             self.head += chunk[:room]
