@@ -87,7 +87,12 @@ class OracleStrengthReport(BaseModel):
     reference_verdict: str
     hidden_test_timeout_s: float
     duration_s: float
+    # The unmutated reference's grade, one process per hidden check (part of duration_s).
+    reference_duration_s: float = 0.0
     coverage_recorded: bool = False
+    # Coverage filed per check (the reference graded one process per hidden check), so each
+    # mutant ran only the checks that execute it; False in runs made before that existed.
+    coverage_per_check: bool = False
     mutants_total: int
     detected: int
     survived: int
@@ -157,6 +162,8 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         hidden_tree_sha256=graded.hidden_tree_sha256,
         reference_verdict=graded.reference_verdict,
         hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
+        reference_duration_s=graded.reference_duration_s,
+        coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
         coverage_recorded=graded.coverage_recorded,
         mutants_total=len(entries), detected=detected,
         survived=sum(r.survived for r in rows), equivalent=equivalent,
@@ -167,6 +174,9 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
 def render_markdown(report: OracleStrengthReport) -> str:
     score = "n/a" if report.score is None else f"{report.score:.1%}"
     met = report.score is not None and report.score >= report.goal
+    mutant_minutes = max(0.0, report.duration_s - report.reference_duration_s) / 60
+    rate = (f"{report.mutants_total / mutant_minutes:.1f} mutants per minute"
+            if mutant_minutes > 0 else "none graded")
     lines = [
         f"# Oracle strength: {report.task}", "",
         f"Score: **{score}** (detected {report.detected} of {report.mutants_total} mutants, "
@@ -177,7 +187,10 @@ def render_markdown(report: OracleStrengthReport) -> str:
         f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
         f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min in one grader "
         f"container (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
-        f"`{report.reference_verdict}` first.", "",
+        f"`{report.reference_verdict}` first"
+        f"{', one process per hidden check,' if report.coverage_per_check else ''} in "
+        f"{report.reference_duration_s / 60:.1f} min; the mutants then took "
+        f"{mutant_minutes:.1f} min ({rate}).", "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
         "| operator | family | mutants | detected | survived | equivalent |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -201,6 +214,9 @@ def render_markdown(report: OracleStrengthReport) -> str:
                     else "**not marked: a blind spot, or mark it equivalent with the reason**")
             if not e.result.covered:
                 mark += " (no check executes this statement: not graded)"
+            elif report.coverage_per_check:
+                mark += (f" (ran the {e.result.contracts_run} contract(s) that execute this "
+                         f"statement; {e.result.contracts_not_covering} never do)")
             lines += [f"### `{e.mutant.id}` ({e.mutant.operator}, {e.mutant.path}:"
                       f"{e.mutant.line})", "", mark, "", "```diff", e.mutant.change.rstrip(),
                       "```", ""]

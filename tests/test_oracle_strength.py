@@ -34,6 +34,7 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     report = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
                              ids={KILLABLE, EQUIVALENT, UNREACHED}, log=lambda _m: None)
     assert report.reference_verdict == "complete" and report.coverage_recorded
+    assert report.coverage_per_check and 0 < report.reference_duration_s < report.duration_s
     entries = {e.mutant.id: e for e in report.entries}
     assert set(entries) == {KILLABLE, EQUIVALENT, UNREACHED}
     killed = entries[KILLABLE].result
@@ -61,6 +62,7 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     markdown = (reports / "tiny-regression.md").read_text()
     assert "Score: **50.0%**" in markdown and f"`{EQUIVALENT}`" in markdown
     assert "no check executes this statement" in markdown
+    assert "one process per hidden check" in markdown and "that execute this statement" in markdown
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
 
