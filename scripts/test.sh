@@ -15,4 +15,4 @@ SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 # The unit layer first, with no engine reachable: it must never need one.
 DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/unit
-.venv/bin/python -m pytest -q -p no:cacheprovider -m integration "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -m integration --durations=25 "$@"

@@ -10,6 +10,8 @@ transfer, binding and manifest. Repetitions are interleaved so the
 shared machine's noise lands on both sides; the ratio of medians is printed.
 
 Usage: .venv/bin/python scripts/bench/bench_grading.py [--task tiny-regression] [--reps 3]
+       [--hidden PATH]   (another hidden tree of the task, e.g. an earlier commit's, to compare
+                          the overhead before and after its checks changed)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grading.hashing import tree_sha256
 from harness import images
 from harness.grade import JUDGE_USER, GraderInputs, grade_diff, grader_sandbox, tar_inputs
 from harness.packets import load_packet
@@ -33,9 +36,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="tiny-regression")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--hidden", type=Path, default=None,
+                        help="the task's hidden tree (default: hidden/<task> of this checkout)")
     args = parser.parse_args()
     packet_dir = PACKETS.get(args.task, REPO_ROOT / "task_packets" / args.task)
-    hidden = REPO_ROOT / "hidden" / args.task
+    hidden = (args.hidden or REPO_ROOT / "hidden" / args.task).resolve()
     packet = load_packet(packet_dir)
     client = images.docker_client()
     grader = images.image_id(client, "grader")
@@ -79,7 +84,9 @@ def main() -> None:
             harness(n)
             harness_s.append(time.perf_counter() - start)
     d, h = statistics.median(direct_s), statistics.median(harness_s)
-    print(f"task {args.task}, reference diff, {args.reps} interleaved repetitions")
+    print(f"task {args.task}, reference diff, {args.reps} interleaved repetitions; hidden tree "
+          f"{tree_sha256(hidden)[:16]} ({len(list((hidden / 'checks').glob('test_*.py')))} "
+          "check modules)")
     print(f"direct checks   median {d:7.1f} s  ({', '.join(f'{x:.1f}' for x in direct_s)})")
     print(f"harness grading median {h:7.1f} s  ({', '.join(f'{x:.1f}' for x in harness_s)})")
     print(f"overhead ratio  {h / d:.2f}")
