@@ -49,6 +49,9 @@ from grading.packet import PacketSpec, load_packet_spec
 
 MUTANTS_SCHEMA_VERSION = 1
 RESULTS_NAME = "mutants.json"
+# Written as the run goes, so a run stopped halfway still has what it graded: the reference's
+# header (a MutantsReport without mutants) once it is graded, then one MutantResult per line.
+REFERENCE_NAME = "reference.json"
 PROGRESS_NAME = "mutants.jsonl"
 EXCERPT_LIMIT = 600
 
@@ -226,6 +229,7 @@ def run(args: argparse.Namespace) -> MutantsReport:
         reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
         grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha,
         coverage_recorded=bool(coverage.by_check), reference_durations_s=durations)
+    (args.out / REFERENCE_NAME).write_text(report.model_dump_json(indent=1) + "\n")
     print(f"reference: {ref.verdict} in {ref.duration_s:.0f} s, one process per hidden check; "
           f"per-test limit for mutants {test_timeout:.0f} s", flush=True)
     if ref.verdict not in ("complete", "complete_on_cpu"):
@@ -298,3 +302,22 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def read_partial(reference: bytes, progress: str) -> MutantsReport:
+    """A stopped run's results: the reference's header and every complete progress line
+    (the last one may have been cut mid-write; a repeated id keeps its first result)."""
+    report = MutantsReport.model_validate_json(reference)
+    seen: set[str] = set()
+    for line in progress.splitlines():
+        try:
+            result = MutantResult.model_validate_json(line)
+        except ValueError:
+            continue
+        if result.id not in seen:
+            seen.add(result.id)
+            report.mutants.append(result)
+    # The run's own wall time was never written: the reference's and the mutants' grades.
+    report.duration_s = round(report.reference_duration_s
+                              + sum(m.duration_s for m in report.mutants), 2)
+    return report

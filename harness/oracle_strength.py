@@ -25,10 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.mutants import (
     DETECTED,
+    PROGRESS_NAME,
+    REFERENCE_NAME,
     RESULTS_NAME,
     MutantResult,
     MutantSpec,
     MutantsReport,
+    read_partial,
 )
 from grading.yamlfile import YamlFileError, load_model
 from harness import images
@@ -47,6 +50,7 @@ from harness.grade import (
 )
 from harness.mutation import OPERATORS, Mutant, generate_mutants
 from harness.records import new_numbered_dir
+from harness.sandbox import Sandbox
 from harness.workspace import snapshot_baseline
 
 REPORT_SCHEMA_VERSION = 1
@@ -94,6 +98,8 @@ class OracleStrengthReport(BaseModel):
     # mutant ran only the checks that execute it; False in runs made before that existed.
     coverage_per_check: bool = False
     mutants_total: int
+    # Mutants the run set out to grade; more than mutants_total when it was stopped early.
+    mutants_generated: int = 0
     detected: int
     survived: int
     equivalent: int
@@ -165,7 +171,7 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         reference_duration_s=graded.reference_duration_s,
         coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
         coverage_recorded=graded.coverage_recorded,
-        mutants_total=len(entries), detected=detected,
+        mutants_total=len(entries), mutants_generated=len(mutants), detected=detected,
         survived=sum(r.survived for r in rows), equivalent=equivalent,
         score=round(detected / scored, 4) if scored else None,
         by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
@@ -192,6 +198,14 @@ def render_markdown(report: OracleStrengthReport) -> str:
         f"{report.reference_duration_s / 60:.1f} min; the mutants then took "
         f"{mutant_minutes:.1f} min ({rate}).", "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
+    ]
+    if report.mutants_generated > report.mutants_total:
+        lines += [
+            f"**Stopped early:** {report.mutants_total} of {report.mutants_generated} mutants "
+            "graded. Mutants are graded in the seeded round-robin order over operators, so "
+            f"these are exactly the even sample `--limit {report.mutants_total} --seed "
+            f"{report.seed}` grades.", ""]
+    lines += [
         "| operator | family | mutants | detected | survived | equivalent |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -249,15 +263,23 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
             send_inputs(sandbox, {
                 "baseline": baseline, "packet.yaml": packet_yaml, "hidden": hidden,
                 "reference.diff": reference_diff, "mutants": folder})
-            log(f"grading the reference, then {len(mutants)} mutants, in one grader container")
-            result = sandbox.exec(
-                ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
-                 "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
-                 "--reference-diff", f"{INPUT_DIR}/reference.diff",
-                 "--mutants", f"{INPUT_DIR}/mutants", "--out", OUTPUT_DIR,
-                 "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", hidden_sha],
-                timeout_s=timeout_s, artifact=out_dir / "grader-output.log", user=JUDGE_USER)
+            log(f"grading the reference, then {len(mutants)} mutants, in one grader container "
+                f"(follow {out_dir / 'grader-output.log'})")
+            try:
+                result = sandbox.exec(
+                    ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
+                     "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
+                     "--reference-diff", f"{INPUT_DIR}/reference.diff",
+                     "--mutants", f"{INPUT_DIR}/mutants", "--out", OUTPUT_DIR,
+                     "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", hidden_sha],
+                    timeout_s=timeout_s, artifact=out_dir / "grader-output.log",
+                    user=JUDGE_USER)
+            except BaseException:
+                # Stopped (Ctrl-C, SIGTERM): keep what was graded before the container goes.
+                _keep_partial(sandbox, out_dir, hidden, log)
+                raise
             if result.timed_out or result.exit_code != 0:
+                _keep_partial(sandbox, out_dir, hidden, log)
                 why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
                 raise GraderFailed(f"the mutant grader {why}",
                                    f"see {out_dir / 'grader-output.log'}")
@@ -275,6 +297,20 @@ def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Pat
         raise GraderFailed("the mutants were graded against another hidden tree",
                            "re-run; the hidden tree must not change during the run")
     return graded
+
+
+def _keep_partial(sandbox: Sandbox, out_dir: Path, hidden: Path,
+                  log: Callable[[str], None]) -> None:
+    """Copy what a stopped run graded (the reference's header, the progress lines) into
+    ``out_dir/out`` through the same bounded, canary-checked reader, for ``--rescore``."""
+    try:
+        read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
+                           canaries=canaries(hidden), main_file=REFERENCE_NAME)
+    except Exception as exc:  # keeping results must never hide why the run stopped
+        log(f"no partial results kept ({' '.join(str(exc).split())[:200]})")
+        return
+    log(f"partial results kept: `harness oracle-strength --task <task> --rescore {out_dir}` "
+        "reports the mutants graded so far")
 
 
 def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
@@ -305,11 +341,14 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
             f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
         (out_dir / "mutants.json").write_text(json.dumps(
             [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
+        # Before grading: a stopped run is rescored from these, and bound to what was sent.
+        (out_dir / RUN_SETTINGS).write_text(json.dumps(
+            {"seed": seed, "limit": limit, "selected": bool(operators or ids),
+             "grader_source_sha256": grader_source_sha256(),
+             "hidden_tree_sha256": tree_sha256(hidden_dir)}))
         graded = _grade_mutants(client, baseline, packet_dir / "packet.yaml", hidden_dir,
                                 reference, mutants, out_dir,
                                 timeout_s=900.0 + per_mutant_s * len(mutants), log=log)
-    (out_dir / RUN_SETTINGS).write_text(json.dumps(
-        {"seed": seed, "limit": limit, "selected": bool(operators or ids)}))
     return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir, seed=seed,
                          limit=limit, whole=not (operators or ids), log=log)
 
@@ -324,23 +363,36 @@ def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
     The workflow for survivors: run, read the report, mark the equivalent ones with their
     reasons, rescore.
     """
+    out = run_dir / "out"
     try:
         mutants = [Mutant.model_validate(m)
                    for m in json.loads((run_dir / "mutants.json").read_text())]
-        graded = MutantsReport.model_validate_json((run_dir / "out" / RESULTS_NAME).read_text())
         settings = (json.loads((run_dir / RUN_SETTINGS).read_text())
                     if (run_dir / RUN_SETTINGS).is_file() else {})
+        stopped = not (out / RESULTS_NAME).is_file()
+        if stopped:
+            progress = out / PROGRESS_NAME
+            graded = read_partial((out / REFERENCE_NAME).read_bytes(),
+                                  progress.read_text() if progress.is_file() else "")
+        else:
+            graded = MutantsReport.model_validate_json((out / RESULTS_NAME).read_text())
     except (OSError, ValueError) as exc:
-        raise HarnessError(f"{run_dir} holds no complete oracle-strength run ({exc})",
-                           "pass a runs/oracle-strength/<task>/run-N folder whose run finished"
-                           ) from None
+        raise HarnessError(f"{run_dir} holds no oracle-strength results ({exc})",
+                           "pass a runs/oracle-strength/<task>/run-N folder whose run graded "
+                           "at least the reference") from None
+    if stopped:
+        # A finished run was checked against what was sent when it ended; a stopped one now.
+        for key in ("grader_source_sha256", "hidden_tree_sha256"):
+            if settings.get(key) != getattr(graded, key):
+                raise HarnessError(f"{run_dir}: the stopped run's {key} is not the one sent",
+                                   "re-run the analysis")
     if graded.task_id != task:
         raise HarnessError(f"{run_dir} is a run of {graded.task_id}, not {task}",
                            "pass the task the run was made for")
     equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
     return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir,
                          seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
-                         whole=not settings.get("selected", False), log=log)
+                         whole=not settings.get("selected", False) and not stopped, log=log)
 
 
 def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: MutantsReport,

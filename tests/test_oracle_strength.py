@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,26 +69,50 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
 
 
 
-def test_sigterm_removes_the_mutant_grader(tmp_path: Path) -> None:
-    """A stopped analysis leaves no container behind (it once left its grader running)."""
+def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) -> None:
+    """A stopped analysis leaves no container behind (it once left its grader running) and
+    keeps what it graded: the reference, and any mutant done, which --rescore reports."""
     client = images.docker_client()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "oracle-strength", "--task", "tiny-regression",
-         "--packet", str(FIXTURE), "--report-dir", str(tmp_path), "--mutant", KILLABLE],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = REPO_ROOT / "runs" / "oracle-strength" / "tiny-regression"
+    before = set(runs.glob("run-*")) if runs.is_dir() else set()
+    with (tmp_path / "cli.log").open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "oracle-strength", "--task", "tiny-regression",
+             "--packet", str(FIXTURE), "--report-dir", str(tmp_path), "--mutant", KILLABLE,
+             "--mutant", EQUIVALENT], stdout=out, stderr=subprocess.PIPE, text=True)
     mine = {"label": f"{OWNER_PID_LABEL}={proc.pid}"}
+    run_dir = None
     try:
-        deadline = time.monotonic() + 300
-        while not client.containers.list(filters=mine) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 600
+        # Stop it once the reference is graded: the grader's log says so as it happens.
+        while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
+            new = sorted(set(runs.glob("run-*")) - before) if runs.is_dir() else []
+            run_dir = new[0] if new else None
+            log = run_dir / "grader-output.log" if run_dir else None
+            if log is not None and log.is_file() and "reference: " in log.read_text():
+                break
             time.sleep(0.5)
-        assert client.containers.list(filters=mine), "the grader container never started"
+        assert run_dir is not None and client.containers.list(filters=mine)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "SIGTERM" in err
-    assert client.containers.list(all=True, filters=mine) == []
-    assert not (tmp_path / "tiny-regression.json").exists()
+    try:
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert "SIGTERM" in err
+        assert client.containers.list(all=True, filters=mine) == []
+        assert not (tmp_path / "tiny-regression.json").exists()
+        assert (run_dir / "out" / "reference.json").is_file()
+        rescored = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "oracle-strength", "--task", "tiny-regression",
+             "--packet", str(FIXTURE), "--report-dir", str(tmp_path), "--rescore", str(run_dir)],
+            capture_output=True, text=True, timeout=300)
+        assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+        saved = OracleStrengthReport.model_validate_json(
+            (tmp_path / "tiny-regression.json").read_text())
+        assert saved.mutants_generated == 2 and saved.mutants_total < 2
+        assert "Stopped early" in (tmp_path / "tiny-regression.md").read_text()
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)

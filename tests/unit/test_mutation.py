@@ -268,3 +268,18 @@ def test_checks_left_out_by_coverage_are_counted_not_run() -> None:
         id="hidden:t.py::b", kind="hidden_check", statement="s", outcome="not_run",
         reason=f"{BUDGET_RAN_OUT} (5 s) before this test ran")], True, 1.0)
     assert cut_short.status == "survived" and "1 check(s) not run" in (cut_short.reason or "")
+
+
+def test_a_stopped_run_keeps_every_complete_result() -> None:
+    from grading.mutants import MutantResult, MutantsReport, read_partial
+
+    header = MutantsReport(task_id="t", reference_verdict="complete_on_cpu",
+                           reference_duration_s=30.0, hidden_test_timeout_s=60.0,
+                           grader_source_sha256="g" * 64, hidden_tree_sha256="h" * 64)
+    lines = [MutantResult(id="a", status="killed", duration_s=5.0).model_dump_json(),
+             MutantResult(id="a", status="survived", duration_s=9.0).model_dump_json(),
+             MutantResult(id="b", status="survived", duration_s=7.0).model_dump_json(),
+             '{"id": "c", "status": "kil']  # cut mid-write when the run was stopped
+    partial = read_partial(header.model_dump_json().encode(), "\n".join(lines))
+    assert [(m.id, m.status) for m in partial.mutants] == [("a", "killed"), ("b", "survived")]
+    assert partial.duration_s == 42.0
