@@ -188,7 +188,8 @@ def verdict_for(contracts: list[ContractResult], *, diff_applied: bool,
                   and configurations[n].outcome == "not_run"}
 
     def for_cuda_only(c: ContractResult) -> bool:
-        return c.outcome == "not_run" and set(contract_configurations(c)) <= unrunnable
+        named = set(contract_configurations(c))
+        return c.outcome == "not_run" and bool(named) and named <= unrunnable
 
     judged = [c for c in contracts if not for_cuda_only(c)]
     # No contracts at all proves nothing, so it cannot be complete.

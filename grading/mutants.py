@@ -27,12 +27,14 @@ every mutant, so the run stops there with the reason.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -76,8 +78,14 @@ class MutantResult(BaseModel):
     reason: str | None = None
     excerpt: str | None = None
     contracts_run: int = 0
+    # Hidden checks among them (all in one pytest process, the killer last).
+    hidden_run: int = 0
     # Contracts left out because they never ran the mutated statement (see the module doc).
     contracts_not_covering: int = 0
+    # How the result was checked (_confirm): "first" (the killer ran first in its process, as
+    # in the reference's per-check grade), "alone" (the killer graded again alone), "full_grade"
+    # (a survivor graded again with every contract); None: not checked.
+    confirmed: Literal["first", "alone", "full_grade"] | None = None
     duration_s: float = 0.0
     # False: no line of the mutated statement ran in any process of the reference's grade, so
     # the mutant was not graded (it survives every check by construction).
@@ -117,6 +125,7 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
              duration_s: float) -> MutantResult:
     """The mutant's status from its (first-failure) grade."""
     ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
+    hidden_run = sum(c.kind == "hidden_check" for c in ran)
     left_out = sum(c.reason == NOT_SELECTED for c in contracts)
     if not applied:
         return MutantResult(id=mutant_id, status="not_applied", duration_s=duration_s,
@@ -128,6 +137,7 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
         unfinished = [c for c in contracts if c.outcome == "not_run"
                       and (c.reason or "").startswith(BUDGET_RAN_OUT)]
         return MutantResult(id=mutant_id, status="survived", contracts_run=len(ran),
+                            hidden_run=hidden_run,
                             contracts_not_covering=left_out, duration_s=duration_s,
                             reason=f"{len(unfinished)} check(s) not run: the time budget for "
                             "one mutant's checks ran out" if unfinished else None)
@@ -142,7 +152,8 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
         id=mutant_id, status=status, killed_by=killer.id, outcome=killer.outcome,
         configurations=contract_configurations(killer), reason=killer.reason,
         excerpt=excerpt[-EXCERPT_LIMIT:] if excerpt else None,
-        contracts_run=len(ran), contracts_not_covering=left_out, duration_s=duration_s)
+        contracts_run=len(ran), hidden_run=hidden_run, contracts_not_covering=left_out,
+        duration_s=duration_s)
 
 
 @dataclass(frozen=True)
@@ -193,6 +204,51 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         trace_each_hidden_test=reference)
 
 
+def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
+                  test_timeout: float, mutant_id: str, spent: list[float],
+                  selection: Selection) -> MutantResult:
+    """One grade of the mutant with these contracts, its time added to ``spent``."""
+    m0 = time.monotonic()
+    graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
+                            _fresh(scratch / "out"), _fresh(scratch / "work"),
+                            selection=selection, test_timeout_s=test_timeout))
+    spent.append(time.monotonic() - m0)
+    return classify(mutant_id, graded.contracts, graded.diff.applied, 0.0)
+
+
+def _confirm(result: MutantResult, confirm: bool, every: Selection,
+             regrade: Callable[[Selection], MutantResult]) -> MutantResult:
+    """Check a result in a setup the reference was graded in, before it is counted.
+
+    A kill by a hidden check that ran after other checks in the same pytest process is graded
+    again with that check alone (the reference passed each check alone): state another check
+    left behind must not count as a kill; if it passes alone the mutant is recorded as
+    survived, which can only lower the score. A survivor that skipped contracts by coverage is
+    graded again with every contract: coverage can miss code run without Python line events
+    or in processes that drop the tracer's environment, and a survivor is what a person reads.
+    """
+    if result.status == "survived" and confirm and not (
+            result.covered and result.contracts_not_covering == 0):
+        full = regrade(every)
+        result = full.model_copy(update={
+            "covered": result.covered, "confirmed": "full_grade",
+            "reason": full.reason if full.status == "survived" else
+            f"killed by a check that coverage said never runs the statement ({full.killed_by})"})
+    elif result.status == "survived" and result.covered:
+        result = result.model_copy(update={"confirmed": "full_grade"})  # nothing left out
+    if result.status not in DETECTED:
+        return result
+    if result.killed_by == PUBLIC_CONTRACT_ID or result.hidden_run <= 1:
+        return result.model_copy(update={"confirmed": "first"})
+    killer = (result.killed_by or "")[len(HIDDEN_PREFIX):]
+    if regrade(Selection(public=False, hidden=(killer,))).status in DETECTED:
+        return result.model_copy(update={"confirmed": "alone"})
+    return result.model_copy(update={
+        "status": "survived", "confirmed": "alone",
+        "reason": f"{result.killed_by} failed only after other checks in the same process; "
+                  "alone it passes, so the kill is not counted"})
+
+
 def _fresh(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -238,21 +294,22 @@ def run(args: argparse.Namespace) -> MutantsReport:
     specs = [MutantSpec.model_validate(e)
              for e in json.loads((args.mutants / "index.json").read_text())]
     progress = args.out / PROGRESS_NAME
+    every = Selection(public=True, hidden=tuple(coverage.durations))
     for n, spec in enumerate(specs, 1):
         mutant_id = spec.id
+
+        spent: list[float] = []
+        regrade = functools.partial(_grade_mutant, args, packet, scratch, test_timeout,
+                                    mutant_id, spent)
         # Without coverage (a tracer that wrote nothing), every contract runs.
-        selection = (coverage.select(spec) if coverage.by_check
-                     else Selection(public=True, hidden=tuple(coverage.durations)))
+        selection = coverage.select(spec) if coverage.by_check else every
         if not selection.public and not selection.hidden:
             result = MutantResult(id=mutant_id, status="survived", covered=False,
                                   reason="no line of the mutated statement ran in any check")
         else:
-            m0 = time.monotonic()
-            graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
-                                    _fresh(scratch / "out"), _fresh(scratch / "work"),
-                                    selection=selection, test_timeout_s=test_timeout))
-            result = classify(mutant_id, graded.contracts, graded.diff.applied,
-                              round(time.monotonic() - m0, 2))
+            result = regrade(selection)
+        result = _confirm(result, args.confirm, every, regrade)
+        result.duration_s = round(sum(spent), 2)
         report.mutants.append(result)
         with progress.open("a") as fh:
             fh.write(result.model_dump_json() + "\n")
@@ -281,6 +338,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mutant-timeout-s", type=float, default=5400.0,
                    help="wall time for one mutant's hidden checks together")
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
+    p.add_argument("--no-confirm-survivors", dest="confirm", action="store_false",
+                   help="do not grade survivors again with every contract (faster, weaker)")
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
     return p

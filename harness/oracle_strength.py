@@ -23,6 +23,7 @@ import docker
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from grading.hashing import grader_source_sha256, tree_sha256
+from grading.layout import PUBLIC_CONTRACT_ID
 from grading.mutants import (
     DETECTED,
     PROGRESS_NAME,
@@ -216,10 +217,25 @@ def render_markdown(report: OracleStrengthReport) -> str:
     statuses = Counter(e.result.status for e in report.entries)
     unreached = sum(not e.result.covered for e in report.entries)
     lines += ["", "Statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
-              + (f" ({unreached} survivor(s) on statements no check executes, not graded)"
+              + (f" ({unreached} survivor(s) on statements no check executes)"
                  if unreached else "")
               + ("" if report.coverage_recorded else
                  "; line coverage was not recorded, so every mutant was graded")]
+    kills = [e.result for e in report.entries if e.result.status in DETECTED]
+    # Runs made before kills were checked: a killer that was the only contract run (or the
+    # public tests, always a process of their own) was first in its process all the same.
+    checked = Counter(r.confirmed or ("first" if r.killed_by == PUBLIC_CONTRACT_ID
+                                      or r.contracts_run == 1 else None) for r in kills)
+    lines += ["", f"Kills checked in a setup the reference passed: {checked['first']} by the "
+              f"first check of their pytest process, {checked['alone']} graded again with the "
+              f"killing check alone."]
+    if checked[None]:
+        scored = report.mutants_total - report.equivalent
+        floor = (report.detected - checked[None]) / scored if scored else 0.0
+        lines[-1] += (f" **{checked[None]} not checked**: a run made before kills were "
+                      "checked, whose killer ran after other checks in the same pytest process; "
+                      f"if every one of them were state left by those checks, the score would "
+                      f"be {floor:.1%}.")
     survivors = [e for e in report.entries if e.result.status == "survived"]
     if survivors:
         lines += ["", "## Surviving mutants", ""]
@@ -227,10 +243,15 @@ def render_markdown(report: OracleStrengthReport) -> str:
             mark = (f"equivalent: {e.equivalent}" if e.equivalent
                     else "**not marked: a blind spot, or mark it equivalent with the reason**")
             if not e.result.covered:
-                mark += " (no check executes this statement: not graded)"
+                mark += " (no check executes this statement" + (
+                    "; graded with every contract all the same)"
+                    if e.result.confirmed == "full_grade" else ": not graded)")
+            elif e.result.confirmed == "full_grade":
+                mark += " (every contract ran on it: it survived them all)"
             elif report.coverage_per_check:
                 mark += (f" (ran the {e.result.contracts_run} contract(s) that execute this "
-                         f"statement; {e.result.contracts_not_covering} never do)")
+                         f"statement; {e.result.contracts_not_covering} never do; not graded "
+                         "again with the others)")
             lines += [f"### `{e.mutant.id}` ({e.mutant.operator}, {e.mutant.path}:"
                       f"{e.mutant.line})", "", mark, "", "```diff", e.mutant.change.rstrip(),
                       "```", ""]
@@ -380,11 +401,12 @@ def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
         raise HarnessError(f"{run_dir} holds no oracle-strength results ({exc})",
                            "pass a runs/oracle-strength/<task>/run-N folder whose run graded "
                            "at least the reference") from None
-    if stopped:
-        # A finished run was checked against what was sent when it ended; a stopped one now.
-        for key in ("grader_source_sha256", "hidden_tree_sha256"):
+    # Bound again to what the run sent (run.json, written before grading): a run stopped
+    # halfway was never checked, and a finished one may have been refused after writing.
+    for key in ("grader_source_sha256", "hidden_tree_sha256"):
+        if key in settings or stopped:
             if settings.get(key) != getattr(graded, key):
-                raise HarnessError(f"{run_dir}: the stopped run's {key} is not the one sent",
+                raise HarnessError(f"{run_dir}: the run's {key} is not the one it sent",
                                    "re-run the analysis")
     if graded.task_id != task:
         raise HarnessError(f"{run_dir} is a run of {graded.task_id}, not {task}",

@@ -283,3 +283,37 @@ def test_a_stopped_run_keeps_every_complete_result() -> None:
     partial = read_partial(header.model_dump_json().encode(), "\n".join(lines))
     assert [(m.id, m.status) for m in partial.mutants] == [("a", "killed"), ("b", "survived")]
     assert partial.duration_s == 42.0
+
+
+def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> None:
+    from grading.mutants import MutantResult, Selection, _confirm
+
+    every = Selection(public=True, hidden=("t.py::a", "t.py::b"))
+    asked: list[Selection] = []
+
+    def regrade_to(result: MutantResult):  # type: ignore[no-untyped-def]
+        def regrade(selection: Selection) -> MutantResult:
+            asked.append(selection)
+            return result
+        return regrade
+
+    killed_second = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b",
+                                 contracts_run=2, hidden_run=2)
+    # Killed after another check in the same process: graded again alone.
+    kept = _confirm(killed_second, True, every, regrade_to(killed_second))
+    assert (kept.status, kept.confirmed) == ("killed", "alone")
+    assert asked[-1] == Selection(public=False, hidden=("t.py::b",))
+    passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
+    dropped = _confirm(killed_second, True, every, regrade_to(passes_alone))
+    assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
+    # Killed by the first check of its process: the reference's own setup, nothing rerun.
+    asked.clear()
+    first = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
+    assert _confirm(first, True, every, regrade_to(first)).confirmed == "first"
+    assert asked == []
+    # A survivor that skipped contracts by coverage gets every contract; a kill there counts.
+    skipped = MutantResult(id="m", status="survived", contracts_run=1, contracts_not_covering=2)
+    full_kill = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
+    found = _confirm(skipped, True, every, regrade_to(full_kill))
+    assert found.status == "killed" and asked[-1] == every
+    assert _confirm(skipped, False, every, regrade_to(full_kill)).status == "survived"
