@@ -8,15 +8,18 @@ per mutant. Here one grader container grades them all in turn, and each grade:
   restored, public tests and hidden checks run as the candidate uid, per-check isolation from
   the rerun-after-crash loop), with a fresh work folder per mutant, so nothing carries over;
 - stops at the first failing contract (``GradeOptions.stop_at_first_failure``): a killed
-  mutant costs its cheapest killing check, a survivor costs one full grade;
+  mutant costs its cheapest killing check, a survivor one full grade;
 - gives each hidden test a wall limit from the reference's own timings (3x its slowest check,
   at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default;
 - runs only the contracts that executed the mutated statement while the reference was graded
   (line coverage per check from ``grading.trace``), cheapest first by the reference's timings:
   a check that never runs a statement cannot see a change to it, since everything else it runs
   is the reference's own code, whose result the reference's grade already gave. Checks that
-  ran no line of the graded code at all are always run. A mutant no check covers is a
-  survivor, recorded as ``covered: false``, at no cost.
+  ran no line of the graded code at all are always run. A mutant no check covers is flagged
+  ``covered: false``;
+- is checked in a setup the reference passed before it counts (``_confirm``): a kill after
+  other checks in the same process is graded again with the killing check alone, and every
+  survivor is graded again with every contract.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
@@ -87,8 +90,8 @@ class MutantResult(BaseModel):
     # (a survivor graded again with every contract); None: not checked.
     confirmed: Literal["first", "alone", "full_grade"] | None = None
     duration_s: float = 0.0
-    # False: no line of the mutated statement ran in any process of the reference's grade, so
-    # the mutant was not graded (it survives every check by construction).
+    # False: no line of the mutated statement ran in any process of the reference's grade
+    # (graded with every contract all the same, in case coverage missed something).
     covered: bool = True
 
 
@@ -121,14 +124,13 @@ class MutantsReport(BaseModel):
     duration_s: float = 0.0
 
 
-def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
-             duration_s: float) -> MutantResult:
+def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> MutantResult:
     """The mutant's status from its (first-failure) grade."""
     ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
     hidden_run = sum(c.kind == "hidden_check" for c in ran)
     left_out = sum(c.reason == NOT_SELECTED for c in contracts)
     if not applied:
-        return MutantResult(id=mutant_id, status="not_applied", duration_s=duration_s,
+        return MutantResult(id=mutant_id, status="not_applied",
                             reason="the mutant's diff does not apply to the baseline")
     killer = next((c for c in ran if c.outcome != "pass"), None)
     if killer is None:
@@ -138,7 +140,7 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
                       and (c.reason or "").startswith(BUDGET_RAN_OUT)]
         return MutantResult(id=mutant_id, status="survived", contracts_run=len(ran),
                             hidden_run=hidden_run,
-                            contracts_not_covering=left_out, duration_s=duration_s,
+                            contracts_not_covering=left_out,
                             reason=f"{len(unfinished)} check(s) not run: the time budget for "
                             "one mutant's checks ran out" if unfinished else None)
     text = "\n".join(str(killer.evidence.get(k, "")) for k in ("excerpt", "message", "details"))
@@ -152,8 +154,7 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
         id=mutant_id, status=status, killed_by=killer.id, outcome=killer.outcome,
         configurations=contract_configurations(killer), reason=killer.reason,
         excerpt=excerpt[-EXCERPT_LIMIT:] if excerpt else None,
-        contracts_run=len(ran), hidden_run=hidden_run, contracts_not_covering=left_out,
-        duration_s=duration_s)
+        contracts_run=len(ran), hidden_run=hidden_run, contracts_not_covering=left_out)
 
 
 @dataclass(frozen=True)
@@ -213,10 +214,10 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
                             _fresh(scratch / "out"), _fresh(scratch / "work"),
                             selection=selection, test_timeout_s=test_timeout))
     spent.append(time.monotonic() - m0)
-    return classify(mutant_id, graded.contracts, graded.diff.applied, 0.0)
+    return classify(mutant_id, graded.contracts, graded.diff.applied)
 
 
-def _confirm(result: MutantResult, confirm: bool, every: Selection,
+def _confirm(result: MutantResult, every: Selection,
              regrade: Callable[[Selection], MutantResult]) -> MutantResult:
     """Check a result in a setup the reference was graded in, before it is counted.
 
@@ -224,10 +225,11 @@ def _confirm(result: MutantResult, confirm: bool, every: Selection,
     again with that check alone (the reference passed each check alone): state another check
     left behind must not count as a kill; if it passes alone the mutant is recorded as
     survived, which can only lower the score. A survivor that skipped contracts by coverage is
-    graded again with every contract: coverage can miss code run without Python line events
-    or in processes that drop the tracer's environment, and a survivor is what a person reads.
+    graded again with every contract, in file order: coverage can miss code run without Python
+    line events or in processes that drop the tracer's environment, and a survivor is what a
+    person reads.
     """
-    if result.status == "survived" and confirm and not (
+    if result.status == "survived" and not (
             result.covered and result.contracts_not_covering == 0):
         full = regrade(every)
         result = full.model_copy(update={
@@ -297,7 +299,6 @@ def run(args: argparse.Namespace) -> MutantsReport:
     every = Selection(public=True, hidden=tuple(coverage.durations))
     for n, spec in enumerate(specs, 1):
         mutant_id = spec.id
-
         spent: list[float] = []
         regrade = functools.partial(_grade_mutant, args, packet, scratch, test_timeout,
                                     mutant_id, spent)
@@ -308,7 +309,7 @@ def run(args: argparse.Namespace) -> MutantsReport:
                                   reason="no line of the mutated statement ran in any check")
         else:
             result = regrade(selection)
-        result = _confirm(result, args.confirm, every, regrade)
+        result = _confirm(result, every, regrade)
         result.duration_s = round(sum(spent), 2)
         report.mutants.append(result)
         with progress.open("a") as fh:
@@ -317,6 +318,25 @@ def run(args: argparse.Namespace) -> MutantsReport:
               + (f" by {result.killed_by}" if result.killed_by else ""), flush=True)
     report.duration_s = round(time.monotonic() - t0, 2)
     shutil.rmtree(scratch, ignore_errors=True)
+    return report
+
+
+def read_partial(reference: bytes, progress: str) -> MutantsReport:
+    """A stopped run's results: the reference's header and every complete progress line
+    (the last one may have been cut mid-write; a repeated id keeps its first result)."""
+    report = MutantsReport.model_validate_json(reference)
+    seen: set[str] = set()
+    for line in progress.splitlines():
+        try:
+            result = MutantResult.model_validate_json(line)
+        except ValueError:
+            continue
+        if result.id not in seen:
+            seen.add(result.id)
+            report.mutants.append(result)
+    # The run's own wall time was never written: the reference's and the mutants' grades.
+    report.duration_s = round(report.reference_duration_s
+                              + sum(m.duration_s for m in report.mutants), 2)
     return report
 
 
@@ -338,8 +358,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mutant-timeout-s", type=float, default=5400.0,
                    help="wall time for one mutant's hidden checks together")
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
-    p.add_argument("--no-confirm-survivors", dest="confirm", action="store_false",
-                   help="do not grade survivors again with every contract (faster, weaker)")
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
     return p
@@ -362,21 +380,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-def read_partial(reference: bytes, progress: str) -> MutantsReport:
-    """A stopped run's results: the reference's header and every complete progress line
-    (the last one may have been cut mid-write; a repeated id keeps its first result)."""
-    report = MutantsReport.model_validate_json(reference)
-    seen: set[str] = set()
-    for line in progress.splitlines():
-        try:
-            result = MutantResult.model_validate_json(line)
-        except ValueError:
-            continue
-        if result.id not in seen:
-            seen.add(result.id)
-            report.mutants.append(result)
-    # The run's own wall time was never written: the reference's and the mutants' grades.
-    report.duration_s = round(report.reference_duration_s
-                              + sum(m.duration_s for m in report.mutants), 2)
-    return report

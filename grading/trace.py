@@ -9,11 +9,11 @@ trusted, unmutated reference; session grades never set them.
 Each process writes a header naming the check it ran for (``GRADING_TRACE_TEST``: a hidden
 check's node id, empty for the public tests), then appends ``<file>\\t<line>`` the first time a
 line of a file under the root runs, written at once (not at exit: ranks and multiprocessing
-children often leave through ``os._exit``, which runs no exit handler). Coverage can only be
-over-reported (another copy of the same file, e.g. the baseline's, counts too), never
-under-reported by buffering: a mutant on a line that never ran in a check cannot change that
-check's result, so the analysis does not run that check for it; a check wrongly thought to
-cover a mutant is simply run.
+children often leave through ``os._exit``, which runs no exit handler), so nothing is lost to
+buffering. Over-reporting (another copy of the same file, e.g. the baseline's, counts too)
+only costs time. Under-reporting (code run without Python line events, a process that drops
+the environment) could hide a check that sees a mutant, which is why ``grading.mutants``
+grades every survivor again with every check.
 
 Per-check attribution is exact only when each check runs in its own pytest process: checks
 share session fixtures and ``functools.cache`` results, whose candidate runs would otherwise be
@@ -104,15 +104,6 @@ def read_lines_by_check(trace_dir: str) -> CoverageByCheck:
                         lines.setdefault(path, set()).add(int(number))
         except OSError:
             continue
-    return ran
-
-
-def read_lines(trace_dir: str) -> dict[str, set[int]]:
-    """Every ``file -> lines`` the traced processes recorded, whichever check they ran for."""
-    ran: dict[str, set[int]] = {}
-    for per_file in read_lines_by_check(trace_dir).values():
-        for path, lines in per_file.items():
-            ran.setdefault(path, set()).update(lines)
     return ran
 
 

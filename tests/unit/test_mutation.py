@@ -170,21 +170,21 @@ def _contract(cid: str, outcome: str, **evidence: object) -> ContractResult:
 
 def test_classify_names_the_first_killer_and_the_import_crash() -> None:
     survived = classify("m", [_contract("public-tests", "pass"),
-                              _contract("hidden:t.py::a", "pass")], True, 1.0)
+                              _contract("hidden:t.py::a", "pass")], True)
     assert survived.status == "survived" and survived.contracts_run == 2
     killed = classify("m", [_contract("public-tests", "pass"),
                             _contract("hidden:t.py::a", "fail", properties={
                                 "configurations": "gloo-ddp-2, gloo-fsdp-2"}),
-                            _contract("hidden:t.py::b", "not_run")], True, 1.0)
+                            _contract("hidden:t.py::b", "not_run")], True)
     assert (killed.status, killed.killed_by, killed.configurations) == (
         "killed", "hidden:t.py::a", ["gloo-ddp-2", "gloo-fsdp-2"])
-    hung = classify("m", [_contract("public-tests", "hang")], True, 1.0)
+    hung = classify("m", [_contract("public-tests", "hang")], True)
     assert hung.status == "timed_out"
     imported = classify("m", [_contract("public-tests", "fail",
                                         excerpt="ImportError while importing test module")],
-                        True, 1.0)
+                        True)
     assert imported.status == "crashed_at_import"
-    assert classify("m", [], False, 0.0).status == "not_applied"
+    assert classify("m", [], False).status == "not_applied"
 
 
 def test_equivalence_marks_need_a_reason(tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ def test_checks_left_out_by_coverage_are_counted_not_run() -> None:
 
     public_left_out = ContractResult(id="public-tests", kind="public_tests", statement="s",
                                      outcome="not_run", reason=NOT_SELECTED)
-    survived = classify("m", [public_left_out, _contract("hidden:t.py::a", "pass")], True, 1.0)
+    survived = classify("m", [public_left_out, _contract("hidden:t.py::a", "pass")], True)
     assert (survived.status, survived.contracts_run, survived.contracts_not_covering) == (
         "survived", 1, 1)
     assert survived.reason is None
@@ -266,7 +266,7 @@ def test_checks_left_out_by_coverage_are_counted_not_run() -> None:
 
     cut_short = classify("m", [_contract("hidden:t.py::a", "pass"), ContractResult(
         id="hidden:t.py::b", kind="hidden_check", statement="s", outcome="not_run",
-        reason=f"{BUDGET_RAN_OUT} (5 s) before this test ran")], True, 1.0)
+        reason=f"{BUDGET_RAN_OUT} (5 s) before this test ran")], True)
     assert cut_short.status == "survived" and "1 check(s) not run" in (cut_short.reason or "")
 
 
@@ -300,20 +300,19 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     killed_second = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b",
                                  contracts_run=2, hidden_run=2)
     # Killed after another check in the same process: graded again alone.
-    kept = _confirm(killed_second, True, every, regrade_to(killed_second))
+    kept = _confirm(killed_second, every, regrade_to(killed_second))
     assert (kept.status, kept.confirmed) == ("killed", "alone")
     assert asked[-1] == Selection(public=False, hidden=("t.py::b",))
     passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
-    dropped = _confirm(killed_second, True, every, regrade_to(passes_alone))
+    dropped = _confirm(killed_second, every, regrade_to(passes_alone))
     assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
     # Killed by the first check of its process: the reference's own setup, nothing rerun.
     asked.clear()
     first = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    assert _confirm(first, True, every, regrade_to(first)).confirmed == "first"
+    assert _confirm(first, every, regrade_to(first)).confirmed == "first"
     assert asked == []
     # A survivor that skipped contracts by coverage gets every contract; a kill there counts.
     skipped = MutantResult(id="m", status="survived", contracts_run=1, contracts_not_covering=2)
     full_kill = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    found = _confirm(skipped, True, every, regrade_to(full_kill))
+    found = _confirm(skipped, every, regrade_to(full_kill))
     assert found.status == "killed" and asked[-1] == every
-    assert _confirm(skipped, False, every, regrade_to(full_kill)).status == "survived"

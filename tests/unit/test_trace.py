@@ -36,7 +36,7 @@ def test_lines_that_ran_are_recorded_even_through_os_exit(tmp_path: Path) -> Non
     out.mkdir()
     (root / "mod.py").write_text(MODULE)
     _run(root, {trace.TRACE_DIR_VAR: str(out), trace.TRACE_ROOT_VAR: str(tmp_path / "tree")})
-    ran = trace.read_lines(str(out))
+    ran = trace.read_lines_by_check(str(out))[trace.PUBLIC_KEY]
     lines = trace.lines_of(ran, "pkg/mod.py")
     # The module body (both defs), then used(3): its test and the first return.
     assert {1, 2, 3, 7} <= lines
@@ -52,7 +52,7 @@ def test_inert_without_the_environment(tmp_path: Path) -> None:
     (root / "mod.py").write_text(MODULE)
     _run(root, {trace.TRACE_ROOT_VAR: str(root)})  # no trace folder: nothing happens
     assert list(out.iterdir()) == []
-    assert trace.read_lines(str(tmp_path / "absent")) == {}
+    assert trace.read_lines_by_check(str(tmp_path / "absent")) == {}
 
 
 def test_each_process_files_its_lines_under_its_check(tmp_path: Path) -> None:
@@ -70,4 +70,3 @@ def test_each_process_files_its_lines_under_its_check(tmp_path: Path) -> None:
     for lines in by_check.values():
         assert {1, 2, 3, 7} <= trace.lines_of(lines, "pkg/mod.py")
         assert all(p.endswith("/pkg/mod.py") for p in lines)
-    assert trace.read_lines(str(out)) == by_check[trace.PUBLIC_KEY]
