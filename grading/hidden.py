@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grading import sealed
+from grading.hashing import tree_sha256
 from grading.judge_plugin import FLAGS_VAR
 from grading.layout import (
     GRADING_OUTCOME_PROPERTY,
@@ -319,8 +320,17 @@ class _HiddenRunner:
         return progress
 
     def _collect(self) -> list[str] | None:
-        """Exact node ids of every hidden test, from ``pytest --collect-only``."""
+        """Exact node ids of every hidden test, from ``pytest --collect-only``.
+
+        Kept for the life of the process, keyed by the checks folder and its digest: the
+        judge's pytest never imports candidate code, so what it collects depends on the checks
+        alone, and a process grading many submissions (``grading.mutants``) collects once.
+        """
         if self.collected is not None:
+            return self.collected
+        key = (str(self.checks), tree_sha256(self.checks))
+        if key in _COLLECTED:
+            self.collected = list(_COLLECTED[key])
             return self.collected
         log_rel = f"{LOG_DIR}/hidden-checks.collect.log"
         res = run_command(
@@ -340,6 +350,7 @@ class _HiddenRunner:
                 path, _, rest = line.strip().partition("::")
                 ids.append(self._nodeid(path, rest))
         self.collected = ids
+        _COLLECTED[key] = tuple(ids)
         return ids
 
     # -- the loop
@@ -380,7 +391,13 @@ class _HiddenRunner:
         collected = self._collect()
         if collected is None:
             return None
-        chosen = [n for n in dict.fromkeys(self.opts.hidden_tests) if n in set(collected)]
+        missing = [n for n in self.opts.hidden_tests if n not in set(collected)]
+        if missing:
+            # The selection comes from an earlier collection of the same checks (the judge's
+            # collection never depends on the candidate), so this is a grader defect.
+            raise GraderError(f"the selected hidden check {missing[0]} is not among the "
+                              f"{len(collected)} pytest collected in {self.checks}")
+        chosen = list(dict.fromkeys(self.opts.hidden_tests))
         for nodeid in collected:
             if nodeid not in chosen:
                 self.results[nodeid] = self._contract(nodeid, "not_run", reason=NOT_SELECTED)
@@ -421,11 +438,17 @@ class _HiddenRunner:
             if self._out_of_time():
                 return
             if nodeid not in self.results:
-                self._round(round_no, [f"{self.checks}/{nodeid}"], {TRACE_TEST_VAR: nodeid})
+                self._round(round_no, [f"{self.checks}/{nodeid}"], {TRACE_TEST_VAR: nodeid},
+                            running=[nodeid])
 
     def _round(self, round_no: int, targets: list[str],
-               extra_env: dict[str, str] | None = None) -> bool:
-        """One pytest process; True when nothing is left to run."""
+               extra_env: dict[str, str] | None = None,
+               running: list[str] | None = None) -> bool:
+        """One pytest process; True when nothing is left to run.
+
+        ``running``: the node ids this process was given, when not every pending one; a
+        process that dies outside any test is blamed on those alone.
+        """
         stem = f"{LOG_DIR}/hidden-checks.round-{round_no}"
         log_rel, junit = f"{stem}.log", self.opts.out / f"{stem}.junit.xml"
         log_path = self.opts.out / log_rel
@@ -471,7 +494,8 @@ class _HiddenRunner:
                 if res.timed_out
                 else (f"pytest died outside any test ({_describe(res)})")
             )
-            self._leftovers(outcome, why or "pytest did not report", evidence=run_ev, log=log_rel)
+            self._leftovers(outcome, why or "pytest did not report", evidence=run_ev, log=log_rel,
+                            only=running)
             return True
         if res.timed_out:
             outcome, reason = "hang", f"killed: {res.kill_reason}"
@@ -493,11 +517,14 @@ class _HiddenRunner:
         *,
         evidence: dict[str, Any] | None = None,
         log: str | None = None,
+        only: list[str] | None = None,
     ) -> None:
-        """Give every test not reported yet the outcome ``outcome``."""
+        """Give every test not reported yet (or only those of ``only``) the outcome ``outcome``."""
         seen = {_base_id(n) for n in self.results}
         pending = [n for n in (self.collected or []) if n not in self.results]
         pending += [t.nodeid for t in self.expected if t.nodeid not in seen]
+        if only is not None:
+            pending = [n for n in pending if n in set(only)]
         for nodeid in dict.fromkeys(pending):
             if nodeid in self.results:
                 continue
@@ -505,6 +532,9 @@ class _HiddenRunner:
                 nodeid, outcome, reason=reason, evidence=dict(evidence or {}), log=log
             )
 
+
+# (checks folder, its digest) -> the node ids pytest collected there (_HiddenRunner._collect).
+_COLLECTED: dict[tuple[str, str], tuple[str, ...]] = {}
 
 BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
 STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"

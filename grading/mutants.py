@@ -86,9 +86,11 @@ class MutantResult(BaseModel):
     # Contracts left out because they never ran the mutated statement (see the module doc).
     contracts_not_covering: int = 0
     # How the result was checked (_confirm): "first" (the killer ran first in its process, as
-    # in the reference's per-check grade), "alone" (the killer graded again alone), "full_grade"
-    # (a survivor graded again with every contract); None: not checked.
-    confirmed: Literal["first", "alone", "full_grade"] | None = None
+    # in the reference's per-check grade), "alone" (the killer graded again alone),
+    # "every_contract" (a survivor: the contracts coverage left out graded too, so every
+    # contract ran on it and passed), "full_grade" (runs before 2026-12-01: a survivor graded
+    # again with every contract in one grade); None: not checked.
+    confirmed: Literal["first", "alone", "every_contract", "full_grade"] | None = None
     duration_s: float = 0.0
     # False: no line of the mutated statement ran in any process of the reference's grade
     # (graded with every contract all the same, in case coverage missed something).
@@ -217,7 +219,7 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     return classify(mutant_id, graded.contracts, graded.diff.applied)
 
 
-def _confirm(result: MutantResult, every: Selection,
+def _confirm(result: MutantResult, ran: Selection, every: Selection,
              regrade: Callable[[Selection], MutantResult]) -> MutantResult:
     """Check a result in a setup the reference was graded in, before it is counted.
 
@@ -225,19 +227,27 @@ def _confirm(result: MutantResult, every: Selection,
     again with that check alone (the reference passed each check alone): state another check
     left behind must not count as a kill; if it passes alone the mutant is recorded as
     survived, which can only lower the score. A survivor that skipped contracts by coverage is
-    graded again with every contract, in file order: coverage can miss code run without Python
-    line events or in processes that drop the tracer's environment, and a survivor is what a
-    person reads.
+    graded again with every contract its first grade left out, in file order: coverage can miss
+    code run without Python line events or in processes that drop the tracer's environment, and
+    a survivor is what a person reads. The contracts its first grade ran all passed already; a
+    second run of them would show nothing new and costs most of a full grade.
     """
-    if result.status == "survived" and not (
-            result.covered and result.contracts_not_covering == 0):
-        full = regrade(every)
-        result = full.model_copy(update={
-            "covered": result.covered, "confirmed": "full_grade",
-            "reason": full.reason if full.status == "survived" else
-            f"killed by a check that coverage said never runs the statement ({full.killed_by})"})
-    elif result.status == "survived" and result.covered:
-        result = result.model_copy(update={"confirmed": "full_grade"})  # nothing left out
+    if result.status == "survived":
+        rest = Selection(public=every.public and not ran.public,
+                         hidden=tuple(c for c in every.hidden if c not in set(ran.hidden)))
+        if rest.public or rest.hidden:
+            second = regrade(rest)
+            if second.status == "survived":
+                return result.model_copy(update={
+                    "confirmed": "every_contract",
+                    "contracts_run": result.contracts_run + second.contracts_run,
+                    "hidden_run": result.hidden_run + second.hidden_run})
+            result = second.model_copy(update={
+                "covered": result.covered,
+                "reason": "killed by a check that coverage said never runs the statement "
+                          f"({second.killed_by})"})
+        else:
+            return result.model_copy(update={"confirmed": "every_contract"})
     if result.status not in DETECTED:
         return result
     if result.killed_by == PUBLIC_CONTRACT_ID or result.hidden_run <= 1:
@@ -309,7 +319,7 @@ def run(args: argparse.Namespace) -> MutantsReport:
                                   reason="no line of the mutated statement ran in any check")
         else:
             result = regrade(selection)
-        result = _confirm(result, every, regrade)
+        result = _confirm(result, selection, every, regrade)
         result.duration_s = round(sum(spent), 2)
         report.mutants.append(result)
         with progress.open("a") as fh:

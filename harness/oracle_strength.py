@@ -242,11 +242,12 @@ def render_markdown(report: OracleStrengthReport) -> str:
         for e in survivors:
             mark = (f"equivalent: {e.equivalent}" if e.equivalent
                     else "**not marked: a blind spot, or mark it equivalent with the reason**")
+            every_ran = e.result.confirmed in ("every_contract", "full_grade")
             if not e.result.covered:
                 mark += " (no check executes this statement" + (
-                    "; graded with every contract all the same)"
-                    if e.result.confirmed == "full_grade" else ": not graded)")
-            elif e.result.confirmed == "full_grade":
+                    "; graded with every contract all the same)" if every_ran
+                    else ": not graded)")
+            elif every_ran:
                 mark += " (every contract ran on it: it survived them all)"
             elif report.coverage_per_check:
                 mark += (f" (ran the {e.result.contracts_run} contract(s) that execute this "

@@ -54,10 +54,10 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     # Coverage says no check runs it; it is graded with every contract all the same, in case
     # coverage missed something, and survives them all.
     assert (unreached.status, unreached.covered, unreached.confirmed) == (
-        "survived", False, "full_grade")
+        "survived", False, "every_contract")
     assert unreached.contracts_run > 1
     assert survivor.result.covered and killed.covered
-    assert killed.confirmed in ("first", "alone") and survivor.result.confirmed == "full_grade"
+    assert killed.confirmed in ("first", "alone") and survivor.result.confirmed == "every_contract"
     # detected / (mutants - equivalent) = 1 / 2: the unreached survivor is a blind spot.
     assert (report.detected, report.equivalent, report.survived, report.score) == (1, 1, 1, 0.5)
 

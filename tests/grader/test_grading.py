@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -487,6 +488,49 @@ def test_calc_outcomes_and_ignored_conftest(calc_task: dict[str, Path], tmp_path
         "diff_rejected": 0,
     }
     assert report["diff"]["applied"] and not report["diff"]["canary_found"]
+
+
+def test_a_selection_runs_only_its_checks_and_collects_once(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    """How ``grading.mutants`` grades: in-process, a selection of checks, many grades in one
+    process. The judge's collection never imports candidate code, so it is made once per
+    process; a selected check pytest did not collect is a grader defect, never a silent skip."""
+    from grading import hidden as hidden_module
+    from grading.grade import grade
+    from grading.layout import GradeOptions, GraderError
+
+    diff = make_diff(calc_task["repo"], tmp_path, lambda repo: (repo / "calc.py").write_text(
+        CALC_SOLVED.replace("return a * b", "return a + b")))
+
+    def grade_selected(name: str, selected: tuple[str, ...]) -> dict[str, str]:
+        out = tmp_path / name / "out"
+        out.mkdir(parents=True)
+        # As `python -m grading` does: pytest's tmp_path sits in a folder only root may enter,
+        # and the candidate uid must reach its area under the work folder.
+        work = Path(tempfile.mkdtemp(prefix="grading-work-"))
+        graded = grade(GradeOptions(
+            baseline=calc_task["repo"], packet=load_packet_spec(calc_task["packet"]),
+            diff=diff, hidden=calc_task["hidden"], out=out, submission_id=name, work=work,
+            hidden_tests=selected, public_tests=False))
+        collect_log = out / "logs" / "hidden-checks.collect.log"
+        got = {c.id: c.outcome for c in graded.contracts}
+        got["collected here"] = str(collect_log.exists())
+        return got
+
+    first = grade_selected("first", ("test_calc_hidden.py::test_add",))
+    assert first["hidden:test_calc_hidden.py::test_add"] == "pass"
+    assert first["hidden:test_calc_hidden.py::test_mul"] == "not_run"
+    assert first["public-tests"] == "not_run"
+    second = grade_selected("second", ("test_calc_hidden.py::test_mul",
+                                       "test_calc_hidden.py::test_square[2]"))
+    assert second["hidden:test_calc_hidden.py::test_mul"] == "fail"
+    assert second["hidden:test_calc_hidden.py::test_square[2]"] == "pass"
+    assert second["hidden:test_calc_hidden.py::test_add"] == "not_run"
+    assert (first["collected here"], second["collected here"]) == ("True", "False")
+    assert hidden_module._COLLECTED
+    with pytest.raises(GraderError, match="not among"):
+        grade_selected("missing", ("test_calc_hidden.py::test_gone",))
 
 
 def test_calc_hang_and_crash_are_per_test(calc_task: dict[str, Path], tmp_path: Path) -> None:

@@ -300,19 +300,32 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     killed_second = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b",
                                  contracts_run=2, hidden_run=2)
     # Killed after another check in the same process: graded again alone.
-    kept = _confirm(killed_second, every, regrade_to(killed_second))
+    kept = _confirm(killed_second, every, every, regrade_to(killed_second))
     assert (kept.status, kept.confirmed) == ("killed", "alone")
     assert asked[-1] == Selection(public=False, hidden=("t.py::b",))
     passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
-    dropped = _confirm(killed_second, every, regrade_to(passes_alone))
+    dropped = _confirm(killed_second, every, every, regrade_to(passes_alone))
     assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
     # Killed by the first check of its process: the reference's own setup, nothing rerun.
     asked.clear()
     first = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    assert _confirm(first, every, regrade_to(first)).confirmed == "first"
+    assert _confirm(first, every, every, regrade_to(first)).confirmed == "first"
     assert asked == []
-    # A survivor that skipped contracts by coverage gets every contract; a kill there counts.
+    # A survivor that skipped contracts by coverage gets graded with the ones it skipped (the
+    # ones it ran passed already); a kill there counts.
     skipped = MutantResult(id="m", status="survived", contracts_run=1, contracts_not_covering=2)
-    full_kill = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    found = _confirm(skipped, every, regrade_to(full_kill))
-    assert found.status == "killed" and asked[-1] == every
+    ran_b = Selection(public=False, hidden=("t.py::b",))
+    rest_kill = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
+    found = _confirm(skipped, ran_b, every, regrade_to(rest_kill))
+    assert found.status == "killed" and found.confirmed == "first"
+    assert asked[-1] == Selection(public=True, hidden=("t.py::a",))
+    # Surviving those too: every contract ran on it, counted across both grades.
+    rest_pass = MutantResult(id="m", status="survived", contracts_run=2, hidden_run=1)
+    kept_survivor = _confirm(skipped, ran_b, every, regrade_to(rest_pass))
+    assert (kept_survivor.status, kept_survivor.confirmed) == ("survived", "every_contract")
+    assert kept_survivor.contracts_run == 3
+    # Nothing left out: nothing graded again.
+    asked.clear()
+    covered = MutantResult(id="m", status="survived", contracts_run=3)
+    assert _confirm(covered, every, every, regrade_to(rest_kill)).confirmed == "every_contract"
+    assert asked == []
