@@ -15,4 +15,7 @@ SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 # The unit layer first, with no engine reachable: it must never need one.
 DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/unit
-.venv/bin/python -m pytest -q -p no:cacheprovider -m integration --durations=25 "$@"
+# Two workers, a file each at a time (longest files first, tests/conftest.py): most of this
+# layer waits on containers and single-threaded training, so two share the 2 cores.
+.venv/bin/python -m pytest -q -p no:cacheprovider -m integration -n 2 --dist loadfile \
+  --durations=25 "$@"

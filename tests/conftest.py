@@ -22,12 +22,23 @@ collect_ignore = ["grader"]
 UNIT_DIR = Path(__file__).parent / "unit"
 
 
+# The integration layer runs in two pytest-xdist workers, a file at a time, handed out in
+# collection order (scripts/test.sh). These files take minutes each (measured with
+# --durations): started first, they do not leave one worker running alone at the end.
+LONGEST_FIRST = ("test_grader_image.py", "test_traincheck_calibration.py", "test_snapshots.py",
+                 "test_matrix.py", "test_oracle_strength.py", "test_validate.py",
+                 "test_evidence.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The layer is the folder: tests/unit needs no engine, everything else is integration,
     # so `-m "not integration"` and `pytest tests/unit` select the same tests.
     for item in items:
         if UNIT_DIR not in item.path.parents:
             item.add_marker(pytest.mark.integration)
+    # A stable sort: the order inside each file, and of the other files, is kept.
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name)
+               if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST))
 
 
 @pytest.fixture(scope="session")
