@@ -43,6 +43,7 @@ from support import (
 
 from grading.hashing import tree_sha256
 from grading.hidden import discover_hidden_tests
+from grading.models import GradeReport
 from grading.packet import PacketSpec, load_packet_spec
 from grading.run import MARKER_VAR, marked_pids, run_command
 from grading.trees import restore_locked_paths
@@ -490,6 +491,45 @@ def test_calc_outcomes_and_ignored_conftest(calc_task: dict[str, Path], tmp_path
     assert report["diff"]["applied"] and not report["diff"]["canary_found"]
 
 
+def grade_in_process(task: dict[str, Path], diff: Path, out: Path,
+                     **options: Any) -> GradeReport:
+    """``grade()`` called in this process, as ``grading.mutants`` calls it for every mutant."""
+    from grading.grade import grade
+    from grading.layout import GradeOptions
+
+    out.mkdir(parents=True)
+    # As `python -m grading` does: pytest's tmp_path sits in a folder only root may enter, and
+    # the candidate uid must reach its area under the work folder.
+    work = Path(tempfile.mkdtemp(prefix="grading-work-"))
+    return grade(GradeOptions(baseline=task["repo"], packet=load_packet_spec(task["packet"]),
+                              diff=diff, hidden=task["hidden"], out=out,
+                              submission_id=out.parent.name, work=work, **options))
+
+
+def test_a_check_process_dying_outside_its_test_blames_that_check_alone(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    """The reference's traced grade runs one pytest process per check: when one dies before
+    its test starts, that check is the crash, not every check after it."""
+    (calc_task["hidden"] / "checks" / "conftest.py").write_text(textwrap.dedent("""
+        import os
+
+        def pytest_collection_finish(session):
+            if os.environ.get("GRADING_TRACE_TEST", "").endswith("::test_mul"):
+                os._exit(3)
+        """))
+    diff = make_diff(calc_task["repo"], tmp_path,
+                     lambda repo: (repo / "calc.py").write_text(CALC_SOLVED))
+    graded = grade_in_process(calc_task, diff, tmp_path / "each" / "out",
+                              trace_each_hidden_test=True)
+    got = {c.id: c.outcome for c in graded.contracts}
+    assert got["hidden:test_calc_hidden.py::test_mul"] == "crash"
+    assert got["hidden:test_calc_hidden.py::test_add"] == "pass"
+    assert {got[f"hidden:test_calc_hidden.py::test_square[{n}]"] for n in (1, 2, 3)} == {"pass"}
+    mul = next(c for c in graded.contracts if c.id.endswith("::test_mul"))
+    assert "outside any test" in (mul.reason or "")
+
+
 def test_a_selection_runs_only_its_checks_and_collects_once(
     calc_task: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -497,23 +537,15 @@ def test_a_selection_runs_only_its_checks_and_collects_once(
     process. The judge's collection never imports candidate code, so it is made once per
     process; a selected check pytest did not collect is a grader defect, never a silent skip."""
     from grading import hidden as hidden_module
-    from grading.grade import grade
-    from grading.layout import GradeOptions, GraderError
+    from grading.layout import GraderError
 
     diff = make_diff(calc_task["repo"], tmp_path, lambda repo: (repo / "calc.py").write_text(
         CALC_SOLVED.replace("return a * b", "return a + b")))
 
     def grade_selected(name: str, selected: tuple[str, ...]) -> dict[str, str]:
-        out = tmp_path / name / "out"
-        out.mkdir(parents=True)
-        # As `python -m grading` does: pytest's tmp_path sits in a folder only root may enter,
-        # and the candidate uid must reach its area under the work folder.
-        work = Path(tempfile.mkdtemp(prefix="grading-work-"))
-        graded = grade(GradeOptions(
-            baseline=calc_task["repo"], packet=load_packet_spec(calc_task["packet"]),
-            diff=diff, hidden=calc_task["hidden"], out=out, submission_id=name, work=work,
-            hidden_tests=selected, public_tests=False))
-        collect_log = out / "logs" / "hidden-checks.collect.log"
+        graded = grade_in_process(calc_task, diff, tmp_path / name / "out",
+                                  hidden_tests=selected, public_tests=False)
+        collect_log = tmp_path / name / "out" / "logs" / "hidden-checks.collect.log"
         got = {c.id: c.outcome for c in graded.contracts}
         got["collected here"] = str(collect_log.exists())
         return got
