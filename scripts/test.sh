@@ -15,7 +15,10 @@ SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 # The unit layer first, with no engine reachable: it must never need one.
 DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/unit
-# Two workers, a file each at a time (longest files first, tests/conftest.py): most of this
-# layer waits on containers and single-threaded training, so two share the 2 cores.
+# Two workers, a file each at a time: most of this layer waits on containers and
+# single-threaded training, so two share the 2 cores. Files are handed out in collection order
+# (--no-loadscope-reorder; by default xdist starts the files with the most tests first, which
+# left the one-test grader-suite file running alone at the end), and tests/conftest.py puts
+# the longest files first.
 .venv/bin/python -m pytest -q -p no:cacheprovider -m integration -n 2 --dist loadfile \
-  --durations=25 "$@"
+  --no-loadscope-reorder --durations=25 "$@"

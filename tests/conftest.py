@@ -23,8 +23,9 @@ UNIT_DIR = Path(__file__).parent / "unit"
 
 
 # The integration layer runs in two pytest-xdist workers, a file at a time, handed out in
-# collection order (scripts/test.sh). These files take minutes each (measured with
-# --durations): started first, they do not leave one worker running alone at the end.
+# collection order (scripts/test.sh, --no-loadscope-reorder). These files take minutes each
+# (measured with --durations): started first, they do not leave one worker running alone at
+# the end.
 LONGEST_FIRST = ("test_grader_image.py", "test_traincheck_calibration.py", "test_snapshots.py",
                  "test_matrix.py", "test_oracle_strength.py", "test_validate.py",
                  "test_evidence.py")
