@@ -391,7 +391,8 @@ class _HiddenRunner:
         collected = self._collect()
         if collected is None:
             return None
-        missing = [n for n in self.opts.hidden_tests if n not in set(collected)]
+        known = set(collected)
+        missing = [n for n in self.opts.hidden_tests if n not in known]
         if missing:
             # The selection comes from an earlier collection of the same checks (the judge's
             # collection never depends on the candidate), so this is a grader defect.
@@ -524,7 +525,7 @@ class _HiddenRunner:
         pending = [n for n in (self.collected or []) if n not in self.results]
         pending += [t.nodeid for t in self.expected if t.nodeid not in seen]
         if only is not None:
-            pending = [n for n in pending if n in set(only)]
+            pending = [n for n in pending if n in only]
         for nodeid in dict.fromkeys(pending):
             if nodeid in self.results:
                 continue

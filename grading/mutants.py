@@ -19,7 +19,7 @@ per mutant. Here one grader container grades them all in turn, and each grade:
   ``covered: false``;
 - is checked in a setup the reference passed before it counts (``_confirm``): a kill after
   other checks in the same process is graded again with the killing check alone, and every
-  survivor is graded again with every contract.
+  survivor is graded again with the contracts coverage left out, so every contract runs on it.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
@@ -234,7 +234,7 @@ def _confirm(result: MutantResult, ran: Selection, every: Selection,
     """
     if result.status == "survived":
         rest = Selection(public=every.public and not ran.public,
-                         hidden=tuple(c for c in every.hidden if c not in set(ran.hidden)))
+                         hidden=tuple(c for c in every.hidden if c not in ran.hidden))
         if rest.public or rest.hidden:
             second = regrade(rest)
             if second.status == "survived":

@@ -13,7 +13,7 @@ children often leave through ``os._exit``, which runs no exit handler), so nothi
 buffering. Over-reporting (another copy of the same file, e.g. the baseline's, counts too)
 only costs time. Under-reporting (code run without Python line events, a process that drops
 the environment) could hide a check that sees a mutant, which is why ``grading.mutants``
-grades every survivor again with every check.
+grades every survivor again with the checks coverage left out.
 
 Per-check attribution is exact only when each check runs in its own pytest process: checks
 share session fixtures and ``functools.cache`` results, whose candidate runs would otherwise be
