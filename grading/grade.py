@@ -157,24 +157,34 @@ def grade(opts: GradeOptions) -> GradeReport:
             sealed.make_readable_tree(readable)
         sealed.check_reachable(tree)
         graded_sha = tree_sha256(tree)
-        contracts = [run_public_tests(opts, layout) if opts.public_tests else ContractResult(
-            id=PUBLIC_CONTRACT_ID, kind="public_tests", statement=public_statement(opts.packet),
-            outcome="not_run", reason=NOT_SELECTED)]
-        if opts.stop_at_first_failure and contracts[0].outcome in FAILING_OUTCOMES:
-            contracts += [ContractResult(id=HIDDEN_PREFIX + t.nodeid, kind="hidden_check",
-                                         statement=t.statement, outcome="not_run",
-                                         reason=STOPPED_AT_FAILURE)
-                          for t in (discover_hidden_tests(checks) if checks.is_dir() else [])]
+        # Mutation analysis runs the public tests last when they never ran the mutated
+        # statement (they cost more than most checks; see grading.mutants).
+        public = None if opts.public_tests_last else _public_contract(opts, layout)
+        if public is not None and opts.stop_at_first_failure and \
+                public.outcome in FAILING_OUTCOMES:
+            hidden = [ContractResult(id=HIDDEN_PREFIX + t.nodeid, kind="hidden_check",
+                                     statement=t.statement, outcome="not_run",
+                                     reason=STOPPED_AT_FAILURE)
+                      for t in (discover_hidden_tests(checks) if checks.is_dir() else [])]
         elif checks.is_dir():
             _expect_same("the graded tree", tree, graded_sha)
-            contracts += run_hidden_checks(opts, layout)
+            hidden = run_hidden_checks(opts, layout)
         else:
             # A task whose oracle is not written yet is graded as such, never as complete.
-            contracts.append(ContractResult(
+            hidden = [ContractResult(
                 id="hidden-checks", kind="hidden_check",
                 statement="the task's hidden contract checks",
                 outcome="not_run", reason="this task has no hidden checks yet (no checks/)",
-            ))
+            )]
+        if public is None and opts.stop_at_first_failure and any(
+                c.outcome in FAILING_OUTCOMES for c in hidden):
+            public = ContractResult(id=PUBLIC_CONTRACT_ID, kind="public_tests",
+                                    statement=public_statement(opts.packet), outcome="not_run",
+                                    reason=STOPPED_AT_FAILURE)
+        elif public is None:
+            public = _public_contract(opts, layout)
+        # The public tests are listed first whichever ran first.
+        contracts = [public, *hidden]
         _expect_same("the graded tree", tree, graded_sha)
     # Nothing the candidate started may outlive the verdict, and the judge must be untouched.
     killed = sealed.end_job()
@@ -214,6 +224,14 @@ def grade(opts: GradeOptions) -> GradeReport:
         configurations_not_run=not_run,
         configurations=configurations if apply_error is None else {},
     )
+
+
+def _public_contract(opts: GradeOptions, layout: Layout) -> ContractResult:
+    if opts.public_tests:
+        return run_public_tests(opts, layout)
+    return ContractResult(id=PUBLIC_CONTRACT_ID, kind="public_tests",
+                          statement=public_statement(opts.packet), outcome="not_run",
+                          reason=NOT_SELECTED)
 
 
 def write_report(report: GradeReport, out: Path) -> Path:

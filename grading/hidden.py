@@ -537,6 +537,19 @@ class _HiddenRunner:
 # (checks folder, its digest) -> the node ids pytest collected there (_HiddenRunner._collect).
 _COLLECTED: dict[tuple[str, str], tuple[str, ...]] = {}
 
+
+def collected_ids(checks: Path) -> list[str] | None:
+    """What this process's pytest collected in ``checks`` (None: not collected yet)."""
+    ids = _COLLECTED.get((str(checks.resolve()), tree_sha256(checks)))
+    return None if ids is None else list(ids)
+
+
+def remember_collection(checks: Path, ids: list[str]) -> None:
+    """Take an earlier process's collection of these very checks (``grading.mutants`` hands
+    the reference's on to the processes that grade its mutants): same folder and digest, so
+    pytest would collect the same."""
+    _COLLECTED[(str(checks.resolve()), tree_sha256(checks))] = tuple(ids)
+
 BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
 STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
 NOT_SELECTED = ("not run: this check never ran the mutated statement while the reference was "

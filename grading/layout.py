@@ -70,6 +70,8 @@ class GradeOptions:
     # so coverage is filed under the right check (see grading.trace).
     hidden_tests: tuple[str, ...] | None = None
     public_tests: bool = True
+    # Run the public tests after the hidden checks instead of before (mutation analysis only).
+    public_tests_last: bool = False
     trace_each_hidden_test: bool = False
 
 

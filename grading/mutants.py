@@ -1,8 +1,9 @@
-"""``python -m grading.mutants``: grade many mutants of a task's reference in one container.
+"""``python -m grading.mutants``: grade a task's reference, then mutants of it, in one container.
 
 Oracle mutation analysis (``harness oracle-strength``) asks one question per mutant: does any
-contract fail? Grading each in a fresh container, with every contract run, would cost minutes
-per mutant. Here one grader container grades them all in turn, and each grade:
+contract fail? Grading each in a fresh container would cost minutes per mutant. Here one
+grader container grades many in turn (the host may run several such containers side by side,
+each process given mutants with ``--only``), and each grade:
 
 - is the real one (``grading.grade.grade``: diff applied as an agent's would be, locked paths
   restored, public tests and hidden checks run as the candidate uid, per-check isolation from
@@ -11,20 +12,21 @@ per mutant. Here one grader container grades them all in turn, and each grade:
   mutant costs its cheapest killing check, a survivor one full grade;
 - gives each hidden test a wall limit from the reference's own timings (3x its slowest check,
   at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default;
-- runs only the contracts that executed the mutated statement while the reference was graded
-  (line coverage per check from ``grading.trace``), cheapest first by the reference's timings:
-  a check that never runs a statement cannot see a change to it, since everything else it runs
-  is the reference's own code, whose result the reference's grade already gave. Checks that
-  ran no line of the graded code at all are always run. A mutant no check covers is flagged
-  ``covered: false``;
+- runs every contract, those that executed the mutated statement while the reference was
+  graded first (line coverage per check from ``grading.trace``), cheapest first by the
+  reference's timings; the public tests go first when they executed it, else last. A check
+  that never runs a statement cannot see a change to it, so a kill almost always comes from
+  the first group; the others still run, after them and in the same grade, so every survivor
+  has passed every contract. A mutant no check covers is flagged ``covered: false``;
 - is checked in a setup the reference passed before it counts (``_confirm``): a kill after
-  other checks in the same process is graded again with the killing check alone, and every
-  survivor is graded again with the contracts coverage left out, so every contract runs on it.
+  other checks in the same pytest process is graded again with the killing check alone.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
 under whichever check filled them first): an oracle that fails the reference would "kill"
-every mutant, so the run stops there with the reason.
+every mutant, so the run stops there with the reason. Its header (``reference.json``: verdict,
+timings, coverage, the judge's collection) lets a later process grade mutants without grading
+it again (``--reference``), as long as the grading code and the hidden tree are the same.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from pydantic import BaseModel, Field
 from grading import sealed, trace
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.hidden import BUDGET_RAN_OUT, NOT_SELECTED
+from grading.hidden import BUDGET_RAN_OUT, collected_ids, remember_collection
 from grading.layout import HIDDEN_PREFIX, PUBLIC_CONTRACT_ID, GradeOptions, GraderError
 from grading.models import ContractResult, Verdict, contract_configurations
 from grading.packet import PacketSpec, load_packet_spec
@@ -64,6 +66,8 @@ MutantStatus = Literal["killed", "timed_out", "crashed_at_import", "survived", "
 # What counts as detected in the score: every status but ``survived`` (``not_applied`` never
 # reaches a score: the generator only writes diffs that apply).
 DETECTED: frozenset[str] = frozenset({"killed", "timed_out", "crashed_at_import"})
+# An oracle that fails the reference would "kill" every mutant: nothing is graded then.
+PASSING_REFERENCE: frozenset[str] = frozenset({"complete", "complete_on_cpu"})
 
 # pytest's words for a test module that could not be imported.
 _IMPORT_FAILURE = re.compile(
@@ -83,13 +87,14 @@ class MutantResult(BaseModel):
     contracts_run: int = 0
     # Hidden checks among them (all in one pytest process, the killer last).
     hidden_run: int = 0
-    # Contracts left out because they never ran the mutated statement (see the module doc).
+    # Contracts that never ran the mutated statement in the reference's grade (they run after
+    # the others; see the module doc).
     contracts_not_covering: int = 0
     # How the result was checked (_confirm): "first" (the killer ran first in its process, as
     # in the reference's per-check grade), "alone" (the killer graded again alone),
-    # "every_contract" (a survivor: the contracts coverage left out graded too, so every
-    # contract ran on it and passed), "full_grade" (runs before 2026-12-01: a survivor graded
-    # again with every contract in one grade); None: not checked.
+    # "every_contract" (a survivor: every contract ran on it and passed; runs of 2026-12-01
+    # graded the contracts coverage left out in a second grade), "full_grade" (runs before
+    # 2026-12-01: a survivor graded again with every contract in one grade); None: not checked.
     confirmed: Literal["first", "alone", "every_contract", "full_grade"] | None = None
     duration_s: float = 0.0
     # False: no line of the mutated statement ran in any process of the reference's grade
@@ -122,15 +127,23 @@ class MutantsReport(BaseModel):
     coverage_recorded: bool = False
     # Contract id -> the reference's wall time for it (one process per hidden check).
     reference_durations_s: dict[str, float] = Field(default_factory=dict)
+    # The reference's coverage (check -> file -> lines that ran) and the hidden node ids pytest
+    # collected: what a later process needs to grade mutants without grading the reference.
+    coverage: dict[str, dict[str, list[int]]] = Field(default_factory=dict)
+    collected: list[str] = Field(default_factory=list)
     mutants: list[MutantResult] = Field(default_factory=list)
+    # The run's wall time, the reference's grade included unless it was reused.
     duration_s: float = 0.0
+    # Set by the host: the reference's header came from an earlier run of the same inputs,
+    # and how many grader containers graded the mutants side by side.
+    reference_reused: bool = False
+    workers: int = 1
 
 
 def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> MutantResult:
     """The mutant's status from its (first-failure) grade."""
     ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
     hidden_run = sum(c.kind == "hidden_check" for c in ran)
-    left_out = sum(c.reason == NOT_SELECTED for c in contracts)
     if not applied:
         return MutantResult(id=mutant_id, status="not_applied",
                             reason="the mutant's diff does not apply to the baseline")
@@ -142,7 +155,6 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> 
                       and (c.reason or "").startswith(BUDGET_RAN_OUT)]
         return MutantResult(id=mutant_id, status="survived", contracts_run=len(ran),
                             hidden_run=hidden_run,
-                            contracts_not_covering=left_out,
                             reason=f"{len(unfinished)} check(s) not run: the time budget for "
                             "one mutant's checks ran out" if unfinished else None)
     text = "\n".join(str(killer.evidence.get(k, "")) for k in ("excerpt", "message", "details"))
@@ -156,15 +168,23 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> 
         id=mutant_id, status=status, killed_by=killer.id, outcome=killer.outcome,
         configurations=contract_configurations(killer), reason=killer.reason,
         excerpt=excerpt[-EXCERPT_LIMIT:] if excerpt else None,
-        contracts_run=len(ran), hidden_run=hidden_run, contracts_not_covering=left_out)
+        contracts_run=len(ran), hidden_run=hidden_run)
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The contracts one mutant's grade runs: the public tests or not, and hidden node ids."""
+    """The contracts one mutant's grade runs, in order: the public tests or not (first, or last
+    with ``public_last``), hidden node ids; ``covering``: those of them (contract ids) that ran
+    the mutated statement while the reference was graded."""
 
     public: bool
     hidden: tuple[str, ...]
+    public_last: bool = False
+    covering: frozenset[str] = frozenset()
+
+    def not_covering(self) -> int:
+        ids = [PUBLIC_CONTRACT_ID] if self.public else []
+        return sum(c not in self.covering for c in ids + [HIDDEN_PREFIX + h for h in self.hidden])
 
 
 @dataclass
@@ -181,15 +201,22 @@ class CoverageMap:
     def covers(self, check: str, path: str, lines: set[int]) -> bool:
         ran = self.by_check.get(check, {})
         # A check that ran no graded code at all (it only reads files, say) cannot be judged
-        # by its coverage: it always runs.
+        # by its coverage: it always counts as covering.
         return not any(ran.values()) or bool(trace.lines_of(ran, path) & lines)
 
     def select(self, spec: MutantSpec) -> Selection:
+        """Every contract: those that ran the statement first, cheapest first by the
+        reference's timings, then the others (only a survivor gets that far). The public tests
+        run first when they ran the statement (a mutant that breaks an import fails them in
+        seconds), else last: they cost more than most hidden checks."""
         lines = set(range(spec.first_line, spec.last_line + 1))
-        hidden = sorted((c for c in self.durations if self.covers(c, spec.path, lines)),
-                        key=lambda c: self.durations[c])
-        return Selection(public=self.covers(trace.PUBLIC_KEY, spec.path, lines),
-                         hidden=tuple(hidden))
+        by_cost = sorted(self.durations, key=lambda c: self.durations[c])
+        covering = [c for c in by_cost if self.covers(c, spec.path, lines)]
+        public = self.covers(trace.PUBLIC_KEY, spec.path, lines)
+        ids = {HIDDEN_PREFIX + c for c in covering} | ({PUBLIC_CONTRACT_ID} if public else set())
+        return Selection(public=True,
+                         hidden=tuple(covering + [c for c in by_cost if c not in covering]),
+                         public_last=not public, covering=frozenset(ids))
 
 
 def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out: Path,
@@ -204,6 +231,7 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         expect_hidden_sha256=args.expect_hidden_sha256, stop_at_first_failure=not reference,
         hidden_tests=None if selection is None else selection.hidden,
         public_tests=True if selection is None else selection.public,
+        public_tests_last=selection is not None and selection.public_last,
         trace_each_hidden_test=reference)
 
 
@@ -219,37 +247,26 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     return classify(mutant_id, graded.contracts, graded.diff.applied)
 
 
-def _confirm(result: MutantResult, ran: Selection, every: Selection,
+def _confirm(result: MutantResult, ran: Selection,
              regrade: Callable[[Selection], MutantResult]) -> MutantResult:
     """Check a result in a setup the reference was graded in, before it is counted.
 
-    A kill by a hidden check that ran after other checks in the same pytest process is graded
-    again with that check alone (the reference passed each check alone): state another check
-    left behind must not count as a kill; if it passes alone the mutant is recorded as
-    survived, which can only lower the score. A survivor that skipped contracts by coverage is
-    graded again with every contract its first grade left out, in file order: coverage can miss
-    code run without Python line events or in processes that drop the tracer's environment, and
-    a survivor is what a person reads. The contracts its first grade ran all passed already; a
-    second run of them would show nothing new and costs most of a full grade.
+    A survivor ran every contract (``CoverageMap.select``) and passed them all. A kill by a
+    hidden check that ran after other checks in the same pytest process is graded again with
+    that check alone (the reference passed each check alone): state another check left behind
+    must not count as a kill; if it passes alone the mutant is recorded as survived, which can
+    only lower the score. A kill by a contract that coverage said never runs the statement is
+    kept, with a note: coverage can miss code run without Python line events.
     """
     if result.status == "survived":
-        rest = Selection(public=every.public and not ran.public,
-                         hidden=tuple(c for c in every.hidden if c not in ran.hidden))
-        if rest.public or rest.hidden:
-            second = regrade(rest)
-            if second.status == "survived":
-                return result.model_copy(update={
-                    "confirmed": "every_contract",
-                    "contracts_run": result.contracts_run + second.contracts_run,
-                    "hidden_run": result.hidden_run + second.hidden_run})
-            result = second.model_copy(update={
-                "covered": result.covered,
-                "reason": "killed by a check that coverage said never runs the statement "
-                          f"({second.killed_by})"})
-        else:
-            return result.model_copy(update={"confirmed": "every_contract"})
+        return result if result.reason else result.model_copy(
+            update={"confirmed": "every_contract"})
     if result.status not in DETECTED:
         return result
+    if ran.covering and result.killed_by not in ran.covering:
+        result = result.model_copy(update={
+            "reason": "killed by a check that coverage said never runs the statement "
+                      f"({result.killed_by})"})
     if result.killed_by == PUBLIC_CONTRACT_ID or result.hidden_run <= 1:
         return result.model_copy(update={"confirmed": "first"})
     killer = (result.killed_by or "")[len(HIDDEN_PREFIX):]
@@ -267,14 +284,10 @@ def _fresh(path: Path) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> MutantsReport:
-    t0 = time.monotonic()
-    packet = load_packet_spec(args.packet)
-    scratch = args.work.resolve()
-    scratch.mkdir(parents=True, exist_ok=True)
-    hidden_sha = tree_sha256(args.hidden)
-
-    # The unmutated reference, every contract, traced: the baseline of the whole analysis.
+def grade_reference(args: argparse.Namespace, packet: PacketSpec,
+                    scratch: Path) -> MutantsReport:
+    """The unmutated reference, every contract, one process per hidden check, traced: the
+    header every mutant's grade starts from (its verdict, timings, coverage, collection)."""
     trace_dir = _fresh(scratch / "trace")
     # The candidate uid creates its trace files here but cannot list or read the others'.
     trace_dir.chmod(0o1733)
@@ -288,44 +301,92 @@ def run(args: argparse.Namespace) -> MutantsReport:
         os.environ.pop(trace.TRACE_DIR_VAR, None)
         os.environ.pop(trace.TRACE_ROOT_VAR, None)
     durations = {c.id: float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts}
-    coverage = CoverageMap(trace.read_lines_by_check(str(trace_dir)), {
-        c[len(HIDDEN_PREFIX):]: s for c, s in durations.items() if c.startswith(HIDDEN_PREFIX)})
+    by_check = trace.read_lines_by_check(str(trace_dir))
     test_timeout = args.test_timeout_s or max(60.0, 3 * max(durations.values(), default=0.0))
-    report = MutantsReport(
+    return MutantsReport(
         task_id=packet.id, reference_verdict=ref.verdict,
         reference_failing=[c.id for c in ref.contracts if c.outcome not in ("pass", "not_run")],
         reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
-        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=hidden_sha,
-        coverage_recorded=bool(coverage.by_check), reference_durations_s=durations)
-    (args.out / REFERENCE_NAME).write_text(report.model_dump_json(indent=1) + "\n")
-    print(f"reference: {ref.verdict} in {ref.duration_s:.0f} s, one process per hidden check; "
-          f"per-test limit for mutants {test_timeout:.0f} s", flush=True)
-    if ref.verdict not in ("complete", "complete_on_cpu"):
+        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=tree_sha256(args.hidden),
+        coverage_recorded=bool(by_check), reference_durations_s=durations,
+        coverage={check: {path: sorted(lines) for path, lines in files.items()}
+                  for check, files in by_check.items()},
+        collected=collected_ids(args.hidden / "checks") or [])
+
+
+def load_reference(path: Path, hidden: Path) -> MutantsReport:
+    """An earlier process's reference header, refused unless it was made by this grading
+    code on this hidden tree and the reference passed."""
+    header = MutantsReport.model_validate_json(path.read_bytes())
+    if header.grader_source_sha256 != grader_source_sha256():
+        raise GraderError(f"{path} was graded by other grading code; grade the reference again")
+    if header.hidden_tree_sha256 != tree_sha256(hidden):
+        raise GraderError(f"{path} was graded on another hidden tree; grade the reference again")
+    if header.reference_verdict not in PASSING_REFERENCE:
+        raise GraderError(f"{path}: the reference graded {header.reference_verdict}, so every "
+                          "mutant would count as killed")
+    return header
+
+
+def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
+                  header: MutantsReport, specs: list[MutantSpec],
+                  on_result: Callable[[int, MutantResult], None]) -> list[MutantResult]:
+    """Grade each mutant in turn (see the module doc) against the reference's header."""
+    durations = {c[len(HIDDEN_PREFIX):]: s for c, s in header.reference_durations_s.items()
+                 if c.startswith(HIDDEN_PREFIX)}
+    coverage = CoverageMap({check: {path: set(lines) for path, lines in files.items()}
+                            for check, files in header.coverage.items()}, durations)
+    if header.collected:
+        remember_collection(args.hidden / "checks", header.collected)
+    # Without coverage (a tracer that wrote nothing), every contract runs, cheapest first.
+    every = Selection(public=True, hidden=tuple(sorted(durations, key=lambda c: durations[c])))
+    results = []
+    for n, spec in enumerate(specs, 1):
+        spent: list[float] = []
+        regrade = functools.partial(_grade_mutant, args, packet, scratch,
+                                    header.hidden_test_timeout_s, spec.id, spent)
+        selection = coverage.select(spec) if coverage.by_check else every
+        result = regrade(selection)
+        if coverage.by_check:
+            result.contracts_not_covering = selection.not_covering()
+            result.covered = bool(selection.covering)
+        result = _confirm(result, selection, regrade)
+        result.duration_s = round(sum(spent), 2)
+        results.append(result)
+        on_result(n, result)
+    return results
+
+
+def run(args: argparse.Namespace) -> MutantsReport:
+    t0 = time.monotonic()
+    packet = load_packet_spec(args.packet)
+    scratch = args.work.resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    if args.reference is not None:
+        report = load_reference(args.reference, args.hidden)
+    else:
+        report = grade_reference(args, packet, scratch)
+        (args.out / REFERENCE_NAME).write_text(report.model_dump_json(indent=1) + "\n")
+        print(f"reference: {report.reference_verdict} in {report.reference_duration_s:.0f} s, "
+              "one process per hidden check; per-test limit for mutants "
+              f"{report.hidden_test_timeout_s:.0f} s", flush=True)
+    if report.reference_verdict not in PASSING_REFERENCE or args.mutants is None:
         return report
 
     specs = [MutantSpec.model_validate(e)
              for e in json.loads((args.mutants / "index.json").read_text())]
+    if args.only:
+        wanted = set(args.only)
+        specs = [s for s in specs if s.id in wanted]
     progress = args.out / PROGRESS_NAME
-    every = Selection(public=True, hidden=tuple(coverage.durations))
-    for n, spec in enumerate(specs, 1):
-        mutant_id = spec.id
-        spent: list[float] = []
-        regrade = functools.partial(_grade_mutant, args, packet, scratch, test_timeout,
-                                    mutant_id, spent)
-        # Without coverage (a tracer that wrote nothing), every contract runs.
-        selection = coverage.select(spec) if coverage.by_check else every
-        if not selection.public and not selection.hidden:
-            result = MutantResult(id=mutant_id, status="survived", covered=False,
-                                  reason="no line of the mutated statement ran in any check")
-        else:
-            result = regrade(selection)
-        result = _confirm(result, selection, every, regrade)
-        result.duration_s = round(sum(spent), 2)
-        report.mutants.append(result)
+
+    def on_result(n: int, result: MutantResult) -> None:
         with progress.open("a") as fh:
             fh.write(result.model_dump_json() + "\n")
-        print(f"mutant {n}/{len(specs)} {mutant_id}: {result.status}"
+        print(f"mutant {n}/{len(specs)} {result.id}: {result.status}"
               + (f" by {result.killed_by}" if result.killed_by else ""), flush=True)
+
+    report.mutants = grade_mutants(args, packet, scratch, report, specs, on_result)
     report.duration_s = round(time.monotonic() - t0, 2)
     shutil.rmtree(scratch, ignore_errors=True)
     return report
@@ -352,14 +413,19 @@ def read_partial(reference: bytes, progress: str) -> MutantsReport:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grading.mutants",
-                                description="Grade a task's reference mutants.")
+                                description="Grade a task's reference and its mutants.")
     p.add_argument("--baseline", type=Path, required=True)
     p.add_argument("--packet", type=Path, required=True)
     p.add_argument("--hidden", type=Path, required=True)
     p.add_argument("--reference-diff", type=Path, required=True)
-    p.add_argument("--mutants", type=Path, required=True,
+    p.add_argument("--mutants", type=Path, default=None,
                    help="folder with index.json (MutantSpec entries, in grading order) and "
-                   "<id>.diff")
+                   "<id>.diff; without it only the reference is graded")
+    p.add_argument("--only", action="append", default=[],
+                   help="grade only this mutant id (repeatable)")
+    p.add_argument("--reference", type=Path, default=None,
+                   help="an earlier run's reference.json (same grading code and hidden tree): "
+                   "the reference is not graded again")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--expect-hidden-sha256", default=None)
@@ -382,11 +448,11 @@ def main(argv: list[str] | None = None) -> int:
     except (GraderError, sealed.SealError, ValueError, OSError) as exc:
         print(f"grading.mutants: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    (args.out / RESULTS_NAME).write_text(report.model_dump_json(indent=1) + "\n")
+    (args.out / RESULTS_NAME).write_text(
+        report.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n")
     print(f"grading.mutants: {len(report.mutants)} mutants graded in {report.duration_s:.0f} s")
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -10,10 +10,10 @@ Each process writes a header naming the check it ran for (``GRADING_TRACE_TEST``
 check's node id, empty for the public tests), then appends ``<file>\\t<line>`` the first time a
 line of a file under the root runs, written at once (not at exit: ranks and multiprocessing
 children often leave through ``os._exit``, which runs no exit handler), so nothing is lost to
-buffering. Over-reporting (another copy of the same file, e.g. the baseline's, counts too)
-only costs time. Under-reporting (code run without Python line events, a process that drops
-the environment) could hide a check that sees a mutant, which is why ``grading.mutants``
-grades every survivor again with the checks coverage left out.
+buffering. Coverage only orders a mutant's checks (those that ran its statement first), so
+neither over-reporting (another copy of the same file, e.g. the baseline's, counts too) nor
+under-reporting (code run without Python line events, a process that drops the environment)
+can change a result: ``grading.mutants`` runs every check on every survivor.
 
 Per-check attribution is exact only when each check runs in its own pytest process: checks
 share session fixtures and ``functools.cache`` results, whose candidate runs would otherwise be

@@ -794,6 +794,12 @@ def oracle_strength_cmd(
     rescore: Annotated[Path | None, typer.Option(
         help="rewrite the report of this earlier run (runs/oracle-strength/T/run-N) with the "
         "current equivalence marks; grades nothing")] = None,
+    # harness.oracle_strength.DEFAULT_WORKERS (imported lazily, like every command's module)
+    workers: Annotated[int, typer.Option(
+        min=1, max=8, help="grader containers grading mutants side by side")] = 2,
+    fresh_reference: Annotated[bool, typer.Option(
+        help="grade the reference again even when an earlier run graded the same grading "
+        "code, image, hidden tree and reference")] = False,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
     from harness.oracle_strength import oracle_strength
@@ -812,7 +818,8 @@ def oracle_strength_cmd(
                                  DEFAULT_RUNS / "oracle-strength" / task, report_dir,
                                  limit=limit, seed=seed,
                                  operators=set(operator) if operator else None,
-                                 ids=set(mutant) if mutant else None, log=_log)
+                                 ids=set(mutant) if mutant else None, workers=workers,
+                                 reuse_reference=not fresh_reference, log=_log)
     table = Table(title=f"oracle strength: {task}")
     for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
         table.add_column(column)

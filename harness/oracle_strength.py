@@ -12,20 +12,23 @@ survivor with its change so they can.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import docker
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.layout import PUBLIC_CONTRACT_ID
 from grading.mutants import (
     DETECTED,
+    MUTANTS_SCHEMA_VERSION,
+    PASSING_REFERENCE,
     PROGRESS_NAME,
     REFERENCE_NAME,
     RESULTS_NAME,
@@ -38,24 +41,18 @@ from grading.yamlfile import YamlFileError, load_model
 from harness import images
 from harness.clock import utc_timestamp
 from harness.errors import HarnessError
-from harness.grade import (
-    INPUT_DIR,
-    JUDGE_USER,
-    OUTPUT_DIR,
-    WORK_DIR,
-    GraderFailed,
-    canaries,
-    grader_sandbox,
-    read_grader_output,
-    send_inputs,
-)
+from harness.grade import GraderFailed
+from harness.mutant_pool import MutantInputs, grade_in_pool, grade_reference
 from harness.mutation import OPERATORS, Mutant, generate_mutants
 from harness.records import new_numbered_dir
-from harness.sandbox import Sandbox
 from harness.workspace import snapshot_baseline
 
 REPORT_SCHEMA_VERSION = 1
 GOAL = 0.9
+# Grader containers side by side (docs/oracle-strength.md: measured on this 2-core machine).
+DEFAULT_WORKERS = 2
+# The reference's grade, one process per hidden check, in full.
+REFERENCE_TIMEOUT_S = 3600.0
 
 
 class Equivalents(RootModel[dict[str, str]]):
@@ -92,8 +89,12 @@ class OracleStrengthReport(BaseModel):
     reference_verdict: str
     hidden_test_timeout_s: float
     duration_s: float
-    # The unmutated reference's grade, one process per hidden check (part of duration_s).
+    # The unmutated reference's grade, one process per hidden check (part of duration_s
+    # unless reference_reused: an earlier run graded the same inputs).
     reference_duration_s: float = 0.0
+    reference_reused: bool = False
+    # Grader containers that graded the mutants side by side.
+    workers: int = 1
     coverage_recorded: bool = False
     # Coverage filed per check (the reference graded one process per hidden check), so each
     # mutant ran only the checks that execute it; False in runs made before that existed.
@@ -170,6 +171,7 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         reference_verdict=graded.reference_verdict,
         hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
         reference_duration_s=graded.reference_duration_s,
+        reference_reused=graded.reference_reused, workers=graded.workers,
         coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
         coverage_recorded=graded.coverage_recorded,
         mutants_total=len(entries), mutants_generated=len(mutants), detected=detected,
@@ -178,10 +180,15 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
 
 
+def _containers(n: int) -> str:
+    return "one grader container" if n == 1 else f"{n} grader containers"
+
+
 def render_markdown(report: OracleStrengthReport) -> str:
     score = "n/a" if report.score is None else f"{report.score:.1%}"
     met = report.score is not None and report.score >= report.goal
-    mutant_minutes = max(0.0, report.duration_s - report.reference_duration_s) / 60
+    mutant_minutes = max(0.0, report.duration_s - (
+        0.0 if report.reference_reused else report.reference_duration_s)) / 60
     rate = (f"{report.mutants_total / mutant_minutes:.1f} mutants per minute"
             if mutant_minutes > 0 else "none graded")
     lines = [
@@ -192,12 +199,15 @@ def render_markdown(report: OracleStrengthReport) -> str:
         f"Generated {report.generated_at} with seed {report.seed}"
         + (f", limit {report.limit}" if report.limit else "") +
         f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
-        f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min in one grader "
-        f"container (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
-        f"`{report.reference_verdict}` first"
+        f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min, the mutants "
+        f"in {_containers(report.workers)} side by side (per-test limit "
+        f"{report.hidden_test_timeout_s:g} s). The reference graded "
+        f"`{report.reference_verdict}`"
         f"{', one process per hidden check,' if report.coverage_per_check else ''} in "
-        f"{report.reference_duration_s / 60:.1f} min; the mutants then took "
-        f"{mutant_minutes:.1f} min ({rate}).", "",
+        f"{report.reference_duration_s / 60:.1f} min"
+        + (" (an earlier run's grade of the same grading code, image, hidden tree and "
+           "reference, not graded again)" if report.reference_reused else "")
+        + f"; the mutants took {mutant_minutes:.1f} min ({rate}).", "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
     ]
     if report.mutants_generated > report.mutants_total:
@@ -259,90 +269,92 @@ def render_markdown(report: OracleStrengthReport) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _grade_mutants(client: docker.DockerClient, baseline: Path, packet_yaml: Path,
-                   hidden: Path, reference: bytes, mutants: list[Mutant], out_dir: Path,
-                   *, timeout_s: float, log: Callable[[str], None]) -> MutantsReport:
-    """Every mutant graded in one fresh grader container; the bounded results file back."""
-    with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
-        folder = Path(tmp) / "mutants"
-        folder.mkdir()
-        (folder / "index.json").write_text(json.dumps([
-            MutantSpec(id=m.id, path=m.path, first_line=m.first_line,
-                       last_line=m.last_line).model_dump() for m in mutants]))
-        for m in mutants:
-            (folder / f"{m.id}.diff").write_text(m.diff)
-        reference_diff = Path(tmp) / "reference.diff"
-        reference_diff.write_bytes(reference)
-        hidden_sha = tree_sha256(hidden)
-        # What the results must be bound to: the grading code and hidden tree sent, as they
-        # were when the run started (a checkout edited meanwhile does not void the run).
-        grader_sha = grader_source_sha256()
-        run_id = uuid.uuid4().hex
-        with grader_sandbox(client, images.image_id(client, "grader"),
-                            name_hint=f"mutants-{run_id[:12]}",
-                            labels={"org.harness.role": "grader",
-                                    "org.harness.submission": run_id}) as sandbox:
-            send_inputs(sandbox, {
-                "baseline": baseline, "packet.yaml": packet_yaml, "hidden": hidden,
-                "reference.diff": reference_diff, "mutants": folder})
-            log(f"grading the reference, then {len(mutants)} mutants, in one grader container "
-                f"(follow {out_dir / 'grader-output.log'})")
-            try:
-                result = sandbox.exec(
-                    ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
-                     "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
-                     "--reference-diff", f"{INPUT_DIR}/reference.diff",
-                     "--mutants", f"{INPUT_DIR}/mutants", "--out", OUTPUT_DIR,
-                     "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", hidden_sha],
-                    timeout_s=timeout_s, artifact=out_dir / "grader-output.log",
-                    user=JUDGE_USER)
-            except BaseException:
-                # Stopped (Ctrl-C, SIGTERM): keep what was graded before the container goes.
-                _keep_partial(sandbox, out_dir, hidden, log)
-                raise
-            if result.timed_out or result.exit_code != 0:
-                _keep_partial(sandbox, out_dir, hidden, log)
-                why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
-                raise GraderFailed(f"the mutant grader {why}",
-                                   f"see {out_dir / 'grader-output.log'}")
-            raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
-                                     canaries=canaries(hidden), main_file=RESULTS_NAME)
-    try:
-        graded = MutantsReport.model_validate_json(raw)
-    except ValidationError as exc:
-        raise GraderFailed(f"{RESULTS_NAME} is not valid ({exc.errors()[0]['msg']})",
-                           "rebuild the grader image: harness images build grader") from None
-    if graded.grader_source_sha256 != grader_sha:
-        raise GraderFailed("the grader image is not this checkout's grading code",
-                           "rebuild the images: harness images build grader")
-    if graded.hidden_tree_sha256 != hidden_sha:
-        raise GraderFailed("the mutants were graded against another hidden tree",
-                           "re-run; the hidden tree must not change during the run")
-    return graded
+def _cache_key(inputs: MutantInputs, image: str) -> str:
+    """What the reference's grade depends on: grading code, grader image, hidden tree, baseline,
+    reference diff and packet. Any change grades it again."""
+    parts = {"schema": MUTANTS_SCHEMA_VERSION, "grader": inputs.grader_sha256, "image": image,
+             "hidden": inputs.hidden_sha256, "baseline": tree_sha256(inputs.baseline),
+             "reference": hashlib.sha256(inputs.reference_diff.read_bytes()).hexdigest(),
+             "packet": hashlib.sha256(inputs.packet_yaml.read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _keep_partial(sandbox: Sandbox, out_dir: Path, hidden: Path,
-                  log: Callable[[str], None]) -> None:
-    """Copy what a stopped run graded (the reference's header, the progress lines) into
-    ``out_dir/out`` through the same bounded, canary-checked reader, for ``--rescore``."""
+def _reference(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
+               log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
+    """The reference's header: from the cache when an earlier run graded these very inputs
+    (and ``reuse``), else graded now and cached. True when it was reused."""
+    key = _cache_key(inputs, images.image_id(images.docker_client(), "grader"))
+    cached = cache_dir / f"{key[:32]}.json"
+    if reuse and cached.is_file():
+        try:
+            header = inputs.bound(cached.read_bytes(), f"cached {REFERENCE_NAME}")
+        except GraderFailed:
+            header = None  # a damaged or foreign cache entry is graded again, never trusted
+        if header is not None and header.reference_verdict in PASSING_REFERENCE:
+            log(f"reference: graded {header.reference_verdict} by an earlier run of the same "
+                f"grading code, image, hidden tree and reference ({cached}); not graded again")
+            return header, True
+    header = grade_reference(inputs, out_dir, timeout_s=REFERENCE_TIMEOUT_S, log=log)
+    log(f"reference: {header.reference_verdict} in {header.reference_duration_s:.0f} s; "
+        f"per-test limit for mutants {header.hidden_test_timeout_s:.0f} s")
+    if header.reference_verdict in PASSING_REFERENCE:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(header.model_dump_json())
+        tmp.replace(cached)
+    return header, False
+
+
+def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
+                   cache_dir: Path, *, workers: int, reuse_reference: bool,
+                   per_mutant_s: float, log: Callable[[str], None]) -> MutantsReport:
+    """The reference's header, then every mutant graded in the worker pool. Results are kept
+    as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped halfway can
+    be rescored."""
+    t0 = time.monotonic()
+    header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference, log=log)
+    out = out_dir / "out"
+    out.mkdir()
+    (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
+    if header.reference_verdict not in PASSING_REFERENCE:
+        return header
+    progress = out / PROGRESS_NAME
+    results: dict[str, MutantResult] = {}
+
+    def on_result(result: MutantResult) -> None:
+        results[result.id] = result
+        with progress.open("a") as fh:
+            fh.write(result.model_dump_json() + "\n")
+        log(f"mutant {len(results)}/{len(mutants)} {result.id}: {result.status}"
+            + (f" by {result.killed_by}" if result.killed_by else "")
+            + f" ({result.duration_s:.0f} s)")
+
     try:
-        read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "out",
-                           canaries=canaries(hidden), main_file=REFERENCE_NAME)
-    except Exception as exc:  # keeping results must never hide why the run stopped
-        log(f"no partial results kept ({' '.join(str(exc).split())[:200]})")
-        return
-    log(f"partial results kept: `harness oracle-strength --task <task> --rescore {out_dir}` "
-        "reports the mutants graded so far")
+        grade_in_pool(inputs, out / REFERENCE_NAME, [m.id for m in mutants], out_dir,
+                      workers=workers, on_result=on_result, log=log,
+                      per_mutant_s=max(per_mutant_s, 3 * header.reference_duration_s))
+    except BaseException:
+        log(f"partial results kept: `harness oracle-strength --task {header.task_id} "
+            f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far")
+        raise
+    header.mutants = [results[m.id] for m in mutants]
+    header.duration_s = round(time.monotonic() - t0, 2)
+    header.reference_reused = reused
+    header.workers = workers
+    (out / RESULTS_NAME).write_text(
+        header.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n")
+    return header
 
 
 def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
                     report_dir: Path, *, limit: int | None = None, seed: int = 0,
                     operators: set[str] | None = None, ids: set[str] | None = None,
+                    workers: int = DEFAULT_WORKERS, reuse_reference: bool = True,
                     per_mutant_s: float = 600.0,
-                    client: docker.DockerClient | None = None,
                     log: Callable[[str], None] = print) -> OracleStrengthReport:
     """Generate, grade and score the task's mutants; write the report under ``report_dir``
-    and the run's mutants, log and raw results in a new ``runs_root/run-N``."""
+    and the run's mutants, logs and raw results in a new ``runs_root/run-N``. The reference's
+    grade is kept in ``runs_root/reference-cache`` for later runs of the same inputs."""
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
     equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
     with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
@@ -357,7 +369,21 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         if not mutants:
             raise HarnessError(f"no mutant of {task}'s reference could be generated",
                                "the reference changes no Python line")
-        client = client or images.docker_client()
+        folder = Path(tmp) / "mutants"
+        folder.mkdir()
+        (folder / "index.json").write_text(json.dumps([
+            MutantSpec(id=m.id, path=m.path, first_line=m.first_line,
+                       last_line=m.last_line).model_dump() for m in mutants]))
+        for m in mutants:
+            (folder / f"{m.id}.diff").write_text(m.diff)
+        reference_diff = Path(tmp) / "reference.diff"
+        reference_diff.write_bytes(reference)
+        # What the results must be bound to: the grading code and hidden tree sent, as they
+        # were when the run started (a checkout edited meanwhile does not void the run).
+        inputs = MutantInputs(baseline=baseline, packet_yaml=packet_dir / "packet.yaml",
+                              hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
+                              grader_sha256=grader_source_sha256(),
+                              hidden_sha256=tree_sha256(hidden_dir))
         out_dir = new_numbered_dir(runs_root, "run")
         log(f"{len(mutants)} mutants of {task}'s reference "
             f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
@@ -366,11 +392,11 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         # Before grading: a stopped run is rescored from these, and bound to what was sent.
         (out_dir / RUN_SETTINGS).write_text(json.dumps(
             {"seed": seed, "limit": limit, "selected": bool(operators or ids),
-             "grader_source_sha256": grader_source_sha256(),
-             "hidden_tree_sha256": tree_sha256(hidden_dir)}))
-        graded = _grade_mutants(client, baseline, packet_dir / "packet.yaml", hidden_dir,
-                                reference, mutants, out_dir,
-                                timeout_s=900.0 + per_mutant_s * len(mutants), log=log)
+             "grader_source_sha256": inputs.grader_sha256,
+             "hidden_tree_sha256": inputs.hidden_sha256, "workers": workers}))
+        graded = _grade_mutants(inputs, mutants, out_dir, runs_root / "reference-cache",
+                                workers=workers, reuse_reference=reuse_reference,
+                                per_mutant_s=per_mutant_s, log=log)
     return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir, seed=seed,
                          limit=limit, whole=not (operators or ids), log=log)
 

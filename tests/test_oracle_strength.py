@@ -72,6 +72,21 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert "every contract ran on it" in markdown and "Kills checked" in markdown
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
+    # Two grader containers graded the three mutants, one log each.
+    assert report.workers == 2 and not report.reference_reused
+    run_dir = next((tmp_path / "run").glob("run-*"))
+    assert {p.stem for p in (run_dir / "logs").glob("*.log")} == set(entries)
+
+    # Again, same grading code, image, hidden tree and reference: the reference's grade is
+    # reused, not graded again, and the mutant fares the same.
+    again = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
+                            ids={KILLABLE}, workers=1, log=lambda _m: None)
+    assert again.reference_reused and again.workers == 1
+    assert again.reference_duration_s == report.reference_duration_s
+    assert again.duration_s < report.reference_duration_s
+    assert [(e.mutant.id, e.result.status, e.result.killed_by) for e in again.entries] == [
+        (KILLABLE, "killed", killed.killed_by)]
+    assert "not graded again" in (reports / "tiny-regression.md").read_text()
 
 
 
@@ -90,13 +105,14 @@ def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) ->
     run_dir = None
     try:
         deadline = time.monotonic() + 600
-        # Stop it once the reference is graded: the grader's log says so as it happens.
+        # Stop it once the reference is graded (or taken from an earlier run) and the mutants'
+        # grader containers are up.
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
             new = sorted(set(runs.glob("run-*")) - before) if runs.is_dir() else []
             run_dir = new[0] if new else None
-            log = run_dir / "grader-output.log" if run_dir else None
-            if log is not None and log.is_file() and "reference: " in log.read_text():
+            if run_dir is not None and "reference: " in (tmp_path / "cli.log").read_text() \
+                    and "mutants on" in (tmp_path / "cli.log").read_text():
                 break
             time.sleep(0.5)
         assert run_dir is not None and client.containers.list(filters=mine)

@@ -565,6 +565,45 @@ def test_a_selection_runs_only_its_checks_and_collects_once(
         grade_selected("missing", ("test_calc_hidden.py::test_gone",))
 
 
+def test_mutant_grades_run_the_public_tests_last_and_take_a_handed_on_collection(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    """A mutant whose statement the public tests never ran gets them last: after the hidden
+    checks, and not at all when a hidden check already failed. A process handed an earlier
+    process's collection of the same checks does not collect again."""
+    from grading import hidden as hidden_module
+    from grading.hidden import STOPPED_AT_FAILURE
+
+    checks = calc_task["hidden"] / "checks"
+    wrong = make_diff(calc_task["repo"], tmp_path, lambda repo: (
+        repo / "calc.py").write_text(CALC_SOLVED.replace("return a * b", "return a + b")))
+    selected = ("test_calc_hidden.py::test_add", "test_calc_hidden.py::test_mul")
+    options: dict[str, Any] = {"hidden_tests": selected, "public_tests_last": True,
+                               "stop_at_first_failure": True}
+    killed = grade_in_process(calc_task, wrong, tmp_path / "killed" / "out", **options)
+    got = {c.id: c for c in killed.contracts}
+    assert got["hidden:test_calc_hidden.py::test_mul"].outcome == "fail"
+    assert (got["public-tests"].outcome, got["public-tests"].reason) == (
+        "not_run", STOPPED_AT_FAILURE)
+    assert killed.contracts[0].id == "public-tests"
+    assert not (tmp_path / "killed" / "out" / "logs" / "public-tests.log").exists()
+    ids = hidden_module.collected_ids(checks)
+    assert ids and "test_calc_hidden.py::test_mul" in ids
+
+    # A fresh process's cache, handed the collection: nothing collected again.
+    hidden_module._COLLECTED.clear()
+    hidden_module.remember_collection(checks, ids)
+    solved = make_diff(calc_task["repo"], tmp_path,
+                       lambda repo: (repo / "calc.py").write_text(CALC_SOLVED))
+    passed = grade_in_process(calc_task, solved, tmp_path / "passed" / "out", **options)
+    logs = tmp_path / "passed" / "out" / "logs"
+    assert {c.id: c.outcome for c in passed.contracts}["public-tests"] == "pass"
+    assert not (logs / "hidden-checks.collect.log").exists()
+    # The public tests ran after the hidden checks' pytest process had finished.
+    hidden_log = logs / "hidden-checks.round-1.log"
+    assert (logs / "public-tests.log").stat().st_mtime_ns >= hidden_log.stat().st_mtime_ns
+
+
 def test_calc_hang_and_crash_are_per_test(calc_task: dict[str, Path], tmp_path: Path) -> None:
     token = f"grading-test-{uuid.uuid4().hex}"
 

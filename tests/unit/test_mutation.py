@@ -226,7 +226,7 @@ def test_rescore_applies_new_equivalence_marks_without_grading(tmp_path: Path) -
         rescore("u", tmp_path, run, reports, log=lambda _m: None)
 
 
-def test_a_mutant_runs_only_the_checks_that_ran_its_statement() -> None:
+def test_a_mutant_runs_the_checks_that_ran_its_statement_first_then_every_other() -> None:
     from grading import trace
     from grading.mutants import CoverageMap, MutantSpec
 
@@ -236,34 +236,37 @@ def test_a_mutant_runs_only_the_checks_that_ran_its_statement() -> None:
             "t.py::slow": {"/w/graded/pkg/a.py": {1, 10, 11}},
             "t.py::fast": {"/w/baseline/pkg/a.py": {10}},  # another copy of the file counts
             "t.py::other": {"/w/graded/pkg/b.py": {10}},
-            "t.py::static": {},  # ran no graded code: judged by nothing, so always run
+            "t.py::static": {},  # ran no graded code: judged by nothing, so counts as covering
         },
         durations={"t.py::slow": 30.0, "t.py::fast": 2.0, "t.py::other": 1.0,
                    "t.py::static": 5.0})
     spec = MutantSpec(id="m", path="pkg/a.py", first_line=10, last_line=12)
     chosen = coverage.select(spec)
-    # Cheapest first, the public tests left out (they never ran lines 10-12).
-    assert chosen.hidden == ("t.py::fast", "t.py::static", "t.py::slow")
-    assert chosen.public is False
+    # Those that ran lines 10-12 cheapest first, then the one that did not; the public tests
+    # (which never ran them) last.
+    assert chosen.hidden == ("t.py::fast", "t.py::static", "t.py::slow", "t.py::other")
+    assert chosen.public and chosen.public_last
+    assert chosen.covering == {"hidden:t.py::fast", "hidden:t.py::static", "hidden:t.py::slow"}
+    assert chosen.not_covering() == 2
     on_line_one = coverage.select(MutantSpec(id="m", path="pkg/a.py", first_line=1, last_line=1))
-    assert on_line_one.public and on_line_one.hidden == ("t.py::static", "t.py::slow")
-    # A check missing from the coverage (its process never traced) always runs too.
+    # The public tests ran line 1: they go first (an import broken there fails them at once).
+    assert on_line_one.public and not on_line_one.public_last
+    assert on_line_one.hidden == ("t.py::static", "t.py::slow", "t.py::other", "t.py::fast")
+    assert on_line_one.not_covering() == 2
+    # A check missing from the coverage (its process never traced) counts as covering.
     unseen = CoverageMap(by_check={trace.PUBLIC_KEY: {}}, durations={"t.py::new": 1.0})
     assert unseen.select(spec).hidden == ("t.py::new",)
+    assert unseen.select(spec).not_covering() == 0
 
 
-def test_checks_left_out_by_coverage_are_counted_not_run() -> None:
-    from grading.hidden import NOT_SELECTED
-
-    public_left_out = ContractResult(id="public-tests", kind="public_tests", statement="s",
-                                     outcome="not_run", reason=NOT_SELECTED)
-    survived = classify("m", [public_left_out, _contract("hidden:t.py::a", "pass")], True)
-    assert (survived.status, survived.contracts_run, survived.contracts_not_covering) == (
-        "survived", 1, 1)
-    assert survived.reason is None
-    # A survivor whose checks ran out of time says so: not every check had its say.
+def test_a_survivor_cut_short_by_the_budget_says_so() -> None:
     from grading.hidden import BUDGET_RAN_OUT
 
+    survived = classify("m", [_contract("public-tests", "pass"),
+                              _contract("hidden:t.py::a", "pass")], True)
+    assert (survived.status, survived.contracts_run, survived.hidden_run) == ("survived", 2, 1)
+    assert survived.reason is None
+    # A survivor whose checks ran out of time says so: not every check had its say.
     cut_short = classify("m", [_contract("hidden:t.py::a", "pass"), ContractResult(
         id="hidden:t.py::b", kind="hidden_check", statement="s", outcome="not_run",
         reason=f"{BUDGET_RAN_OUT} (5 s) before this test ran")], True)
@@ -288,7 +291,8 @@ def test_a_stopped_run_keeps_every_complete_result() -> None:
 def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> None:
     from grading.mutants import MutantResult, Selection, _confirm
 
-    every = Selection(public=True, hidden=("t.py::a", "t.py::b"))
+    every = Selection(public=True, hidden=("t.py::a", "t.py::b"),
+                      covering=frozenset({"public-tests", "hidden:t.py::a"}))
     asked: list[Selection] = []
 
     def regrade_to(result: MutantResult):  # type: ignore[no-untyped-def]
@@ -300,32 +304,24 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     killed_second = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b",
                                  contracts_run=2, hidden_run=2)
     # Killed after another check in the same process: graded again alone.
-    kept = _confirm(killed_second, every, every, regrade_to(killed_second))
+    kept = _confirm(killed_second, every, regrade_to(killed_second))
     assert (kept.status, kept.confirmed) == ("killed", "alone")
     assert asked[-1] == Selection(public=False, hidden=("t.py::b",))
+    # ... by a check coverage said never runs the statement: kept, with a note.
+    assert "coverage said never runs" in (kept.reason or "")
     passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
-    dropped = _confirm(killed_second, every, every, regrade_to(passes_alone))
+    dropped = _confirm(killed_second, every, regrade_to(passes_alone))
     assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
     # Killed by the first check of its process: the reference's own setup, nothing rerun.
     asked.clear()
     first = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    assert _confirm(first, every, every, regrade_to(first)).confirmed == "first"
+    confirmed_first = _confirm(first, every, regrade_to(first))
+    assert confirmed_first.confirmed == "first" and confirmed_first.reason is None
     assert asked == []
-    # A survivor that skipped contracts by coverage gets graded with the ones it skipped (the
-    # ones it ran passed already); a kill there counts.
-    skipped = MutantResult(id="m", status="survived", contracts_run=1, contracts_not_covering=2)
-    ran_b = Selection(public=False, hidden=("t.py::b",))
-    rest_kill = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
-    found = _confirm(skipped, ran_b, every, regrade_to(rest_kill))
-    assert found.status == "killed" and found.confirmed == "first"
-    assert asked[-1] == Selection(public=True, hidden=("t.py::a",))
-    # Surviving those too: every contract ran on it, counted across both grades.
-    rest_pass = MutantResult(id="m", status="survived", contracts_run=2, hidden_run=1)
-    kept_survivor = _confirm(skipped, ran_b, every, regrade_to(rest_pass))
-    assert (kept_survivor.status, kept_survivor.confirmed) == ("survived", "every_contract")
-    assert kept_survivor.contracts_run == 3
-    # Nothing left out: nothing graded again.
-    asked.clear()
-    covered = MutantResult(id="m", status="survived", contracts_run=3)
-    assert _confirm(covered, every, every, regrade_to(rest_kill)).confirmed == "every_contract"
+    # A survivor ran every contract in its one grade: nothing graded again.
+    survivor = MutantResult(id="m", status="survived", contracts_run=3, hidden_run=2)
+    assert _confirm(survivor, every, regrade_to(first)).confirmed == "every_contract"
+    # One whose checks ran out of time did not: not confirmed.
+    cut_short = survivor.model_copy(update={"reason": "1 check(s) not run: ..."})
+    assert _confirm(cut_short, every, regrade_to(first)).confirmed is None
     assert asked == []

@@ -1,0 +1,193 @@
+"""Grader containers for mutation analysis: the reference's grade, then a pool of workers.
+
+``harness oracle-strength`` grades the unmutated reference once (one grader container,
+``python -m grading.mutants`` without mutants), then hands its header (``reference.json``:
+verdict, timings, coverage, the judge's collection) to ``workers`` grader containers that run
+side by side. Each worker takes the next mutant as soon as it is free (one ``grading.mutants
+--only ID`` per mutant), so a survivor's full grade on one worker does not hold up the kills
+queued behind it. Most of a grade waits on process start-up and single-threaded training, so
+two workers on two cores grade more mutants per minute than one (``docs/oracle-strength.md``).
+
+Every container is a plain grader container (no network, the judge as root, the candidate uid
+for candidate code); each result comes back through the same bounded, canary-checked reader
+as a session's grade, one folder per mutant, and must name the grading code and hidden tree
+the run sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from grading.mutants import REFERENCE_NAME, RESULTS_NAME, MutantResult, MutantsReport
+from harness import images
+from harness.grade import (
+    INPUT_DIR,
+    JUDGE_USER,
+    OUTPUT_DIR,
+    WORK_DIR,
+    GraderFailed,
+    canaries,
+    grader_sandbox,
+    read_grader_output,
+    send_inputs,
+)
+from harness.sandbox import Sandbox
+
+
+@dataclass(frozen=True)
+class MutantInputs:
+    """What every grader container of one run receives, and what its results must name."""
+
+    baseline: Path
+    packet_yaml: Path
+    hidden: Path
+    reference_diff: Path
+    # index.json (MutantSpec entries) and <id>.diff
+    mutants: Path
+    grader_sha256: str
+    hidden_sha256: str
+
+    def entries(self, reference: Path | None = None) -> dict[str, Path]:
+        sent = {"baseline": self.baseline, "packet.yaml": self.packet_yaml,
+                "hidden": self.hidden, "reference.diff": self.reference_diff,
+                "mutants": self.mutants}
+        return sent | ({REFERENCE_NAME: reference} if reference is not None else {})
+
+    def command(self, out: str, *extra: str) -> list[str]:
+        return ["python", "-m", "grading.mutants", "--baseline", f"{INPUT_DIR}/baseline",
+                "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
+                "--reference-diff", f"{INPUT_DIR}/reference.diff", "--out", out,
+                "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", self.hidden_sha256,
+                *extra]
+
+    def bound(self, raw: bytes, what: str) -> MutantsReport:
+        """``raw`` parsed, and refused unless it names this run's grading code and hidden
+        tree (the checkout may change while a run goes; the run is bound to what it sent)."""
+        try:
+            graded = MutantsReport.model_validate_json(raw)
+        except ValidationError as exc:
+            raise GraderFailed(f"{what} is not valid ({exc.errors()[0]['msg']})",
+                               "rebuild the grader image: harness images build grader") from None
+        if graded.grader_source_sha256 != self.grader_sha256:
+            raise GraderFailed("the grader image is not this checkout's grading code",
+                               "rebuild the images: harness images build grader")
+        if graded.hidden_tree_sha256 != self.hidden_sha256:
+            raise GraderFailed(f"{what} was graded against another hidden tree",
+                               "re-run; the hidden tree must not change during the run")
+        return graded
+
+
+def _sandbox(name_hint: str, run_id: str) -> Sandbox:
+    # A client per container: the pool's threads never share one HTTP session.
+    client = images.docker_client()
+    return grader_sandbox(client, images.image_id(client, "grader"), name_hint=name_hint,
+                          labels={"org.harness.role": "grader",
+                                  "org.harness.submission": run_id})
+
+
+def grade_reference(inputs: MutantInputs, out_dir: Path, *, timeout_s: float,
+                    log: Callable[[str], None]) -> MutantsReport:
+    """The reference graded in full in a fresh grader container; its header comes back (and
+    stays in ``out_dir/reference``)."""
+    run_id = uuid.uuid4().hex
+    with _sandbox(f"mutants-{run_id[:12]}-ref", run_id) as sandbox:
+        send_inputs(sandbox, inputs.entries())
+        log(f"grading the reference, one process per hidden check (follow "
+            f"{out_dir / 'reference.log'})")
+        result = sandbox.exec(inputs.command(OUTPUT_DIR), timeout_s=timeout_s,
+                              artifact=out_dir / "reference.log", user=JUDGE_USER)
+        if result.timed_out or result.exit_code != 0:
+            why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+            raise GraderFailed(f"the reference's grade {why}",
+                               f"see {out_dir / 'reference.log'}")
+        raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "reference",
+                                 canaries=canaries(inputs.hidden), main_file=REFERENCE_NAME)
+    return inputs.bound(raw, REFERENCE_NAME)
+
+
+def grade_in_pool(inputs: MutantInputs, reference: Path, mutant_ids: list[str], out_dir: Path,
+                  *, workers: int, per_mutant_s: float,
+                  on_result: Callable[[MutantResult], None],
+                  log: Callable[[str], None]) -> None:
+    """Grade ``mutant_ids`` on ``workers`` grader containers, each taking the next mutant when
+    it is free; ``on_result`` gets each result as it comes (from the calling thread's view:
+    one at a time). The first failure of any worker stops the pool and is raised."""
+    pending: queue.Queue[tuple[int, str]] = queue.Queue()
+    for n, mutant_id in enumerate(mutant_ids):
+        pending.put((n, mutant_id))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    run_id = uuid.uuid4().hex
+    count = min(max(1, workers), len(mutant_ids))
+
+    def work(sandbox: Sandbox, worker: int) -> None:
+        try:
+            send_inputs(sandbox, inputs.entries(reference))
+            while not stop.is_set():
+                try:
+                    n, mutant_id = pending.get_nowait()
+                except queue.Empty:
+                    return
+                result = _grade_one(inputs, sandbox, n, mutant_id, out_dir, per_mutant_s)
+                with lock:
+                    if not stop.is_set():
+                        on_result(result)
+        except BaseException as exc:  # handed to the calling thread, raised there
+            with lock:
+                errors.append(exc)
+            stop.set()
+
+    with contextlib.ExitStack() as stack:
+        # The containers belong to this thread: on Ctrl-C or a worker's failure, leaving the
+        # stack removes them all, which also ends any grade still running in them.
+        sandboxes = [stack.enter_context(_sandbox(f"mutants-{run_id[:12]}-w{k}", run_id))
+                     for k in range(count)]
+        log(f"grading {len(mutant_ids)} mutants on {count} grader container(s) "
+            f"(one log per mutant in {out_dir / 'logs'})")
+        threads = [threading.Thread(target=work, args=(box, k), name=f"mutants-w{k}",
+                                    daemon=True) for k, box in enumerate(sandboxes)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.5)
+        except BaseException:
+            stop.set()
+            raise
+    if errors:
+        raise errors[0]
+
+
+def _grade_one(inputs: MutantInputs, sandbox: Sandbox, n: int, mutant_id: str, out_dir: Path,
+               timeout_s: float) -> MutantResult:
+    """One mutant graded by one ``grading.mutants`` process; its result read back."""
+    # Under the 0700 output folder, so nothing of it is readable by the candidate uid.
+    out = f"{OUTPUT_DIR}/{n}/out"
+    log_path = out_dir / "logs" / f"{mutant_id}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result = sandbox.exec(
+        inputs.command(out, "--reference", f"{INPUT_DIR}/{REFERENCE_NAME}",
+                       "--mutants", f"{INPUT_DIR}/mutants", "--only", mutant_id),
+        timeout_s=timeout_s, artifact=log_path, user=JUDGE_USER)
+    if result.timed_out or result.exit_code != 0:
+        why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+        raise GraderFailed(f"the grader of mutant {mutant_id} {why}", f"see {log_path}")
+    (out_dir / "graded").mkdir(exist_ok=True)
+    raw = read_grader_output(sandbox.get_archive(out), out_dir / "graded" / mutant_id,
+                             canaries=canaries(inputs.hidden), main_file=RESULTS_NAME)
+    graded = inputs.bound(raw, f"mutant {mutant_id}'s {RESULTS_NAME}")
+    if [m.id for m in graded.mutants] != [mutant_id]:
+        raise GraderFailed(f"the grader of mutant {mutant_id} reported "
+                           f"{[m.id for m in graded.mutants][:3]} instead",
+                           f"see {log_path}")
+    return graded.mutants[0]
