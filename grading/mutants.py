@@ -405,9 +405,11 @@ def read_partial(reference: bytes, progress: str) -> MutantsReport:
         if result.id not in seen:
             seen.add(result.id)
             report.mutants.append(result)
-    # The run's own wall time was never written: the reference's and the mutants' grades.
-    report.duration_s = round(report.reference_duration_s
-                              + sum(m.duration_s for m in report.mutants), 2)
+    # The run's own wall time was never written: an estimate from the reference's grade (unless
+    # reused) and the mutants' grades, shared among the grader containers.
+    report.duration_s = round(
+        (0.0 if report.reference_reused else report.reference_duration_s)
+        + sum(m.duration_s for m in report.mutants) / max(1, report.workers), 2)
     return report
 
 

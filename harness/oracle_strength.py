@@ -213,9 +213,11 @@ def render_markdown(report: OracleStrengthReport) -> str:
     if report.mutants_generated > report.mutants_total:
         lines += [
             f"**Stopped early:** {report.mutants_total} of {report.mutants_generated} mutants "
-            "graded. Mutants are graded in the seeded round-robin order over operators, so "
-            f"these are exactly the even sample `--limit {report.mutants_total} --seed "
-            f"{report.seed}` grades.", ""]
+            "graded. Mutants are handed out in the seeded round-robin order over operators, so "
+            f"these are the even sample `--limit {report.mutants_total} --seed {report.seed}` "
+            "grades" + ("." if report.workers == 1 else
+                        f", but for at most {report.workers - 1} that were still being graded "
+                        "while later ones had finished."), ""]
     lines += [
         "| operator | family | mutants | detected | survived | equivalent |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -313,6 +315,7 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     be rescored."""
     t0 = time.monotonic()
     header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference, log=log)
+    header.reference_reused, header.workers = reused, workers
     out = out_dir / "out"
     out.mkdir()
     (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
@@ -339,8 +342,6 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
         raise
     header.mutants = [results[m.id] for m in mutants]
     header.duration_s = round(time.monotonic() - t0, 2)
-    header.reference_reused = reused
-    header.workers = workers
     (out / RESULTS_NAME).write_text(
         header.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n")
     return header

@@ -286,6 +286,32 @@ def test_a_stopped_run_keeps_every_complete_result() -> None:
     partial = read_partial(header.model_dump_json().encode(), "\n".join(lines))
     assert [(m.id, m.status) for m in partial.mutants] == [("a", "killed"), ("b", "survived")]
     assert partial.duration_s == 42.0
+    # Two grader containers, the reference's grade reused: the mutants' time shared by two.
+    pooled = header.model_copy(update={"workers": 2, "reference_reused": True})
+    partial = read_partial(pooled.model_dump_json().encode(), "\n".join(lines))
+    assert partial.duration_s == 6.0
+
+
+def test_a_report_says_how_many_containers_graded_and_whether_the_reference_was_reused(
+) -> None:
+    from grading.mutants import MutantResult, MutantsReport
+    from harness.oracle_strength import render_markdown, score_report
+
+    def m(mid: str) -> Mutant:
+        return Mutant(id=mid, operator="constant", family="classic", path="p.py", line=1,
+                      original="a = 1", mutated="a = 2", change="-a = 1\n+a = 2\n", diff="d")
+    graded = MutantsReport(task_id="t", reference_verdict="complete", reference_duration_s=600,
+                           hidden_test_timeout_s=60, grader_source_sha256="g",
+                           hidden_tree_sha256="h", duration_s=120, workers=2,
+                           reference_reused=True, mutants=[
+                               MutantResult(id="constant-a", status="killed", killed_by="x",
+                                            confirmed="first")])
+    text = render_markdown(score_report("t", [m("constant-a"), m("constant-b")], graded, {},
+                                        seed=0, limit=None))
+    # The reused reference's 10 min are not part of this run's 2 min.
+    assert "2.0 min, the mutants in 2 grader containers side by side" in text
+    assert "10.0 min (an earlier run's grade" in text and "the mutants took 2.0 min" in text
+    assert "Stopped early:** 1 of 2" in text and "at most 1 that were still being" in text
 
 
 def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> None:
