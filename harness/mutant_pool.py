@@ -158,12 +158,14 @@ def grade_in_pool(inputs: MutantInputs, reference: Path, mutant_ids: list[str], 
         for thread in threads:
             thread.start()
         try:
-            for thread in threads:
-                while thread.is_alive():
-                    thread.join(0.5)
+            # A worker's failure ends the pool at once: leaving the stack removes the
+            # containers, and with them the grades the other workers are still waiting on.
+            while not errors and any(thread.is_alive() for thread in threads):
+                stop.wait(0.5)  # set by a failing worker: no need to wait the half second
         except BaseException:
             stop.set()
             raise
+        stop.set()
     if errors:
         raise errors[0]
 

@@ -1,0 +1,108 @@
+"""The mutant pool's scheduling: every mutant handed out once, a failure ends the pool.
+
+The containers are stood in for (``_sandbox``, ``send_inputs``, ``_grade_one``): what is tested
+here is the hand-out and shutdown logic between the threads; the real containers are
+exercised by ``tests/test_oracle_strength.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grading.mutants import MutantResult
+from harness import mutant_pool
+from harness.grade import GraderFailed
+
+
+class FakeBox:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed = threading.Event()
+
+
+@pytest.fixture
+def boxes(monkeypatch: pytest.MonkeyPatch) -> list[FakeBox]:
+    made: list[FakeBox] = []
+
+    @contextmanager
+    def fake_sandbox(name_hint: str, run_id: str) -> Iterator[FakeBox]:
+        box = FakeBox(name_hint)
+        made.append(box)
+        try:
+            yield box
+        finally:
+            box.closed.set()  # as removing the container ends whatever runs in it
+
+    monkeypatch.setattr(mutant_pool, "_sandbox", fake_sandbox)
+    monkeypatch.setattr(mutant_pool, "send_inputs", lambda box, entries: None)
+    return made
+
+
+def _inputs(tmp_path: Path) -> mutant_pool.MutantInputs:
+    return mutant_pool.MutantInputs(
+        baseline=tmp_path, packet_yaml=tmp_path / "p.yaml", hidden=tmp_path,
+        reference_diff=tmp_path / "r.diff", mutants=tmp_path, grader_sha256="g",
+        hidden_sha256="h")
+
+
+def test_every_mutant_is_graded_once_by_whichever_worker_is_free(
+    tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graded_by: dict[str, str] = {}
+    first_held = threading.Event()
+
+    def grade_one(inputs: Any, box: FakeBox, n: int, mutant_id: str, out_dir: Path,
+                  timeout_s: float) -> MutantResult:
+        if mutant_id == "m0":
+            # A long grade on one worker: the other must take every other mutant meanwhile.
+            assert first_held.wait(30)
+        graded_by[mutant_id] = box.name
+        if len(graded_by) == 5:
+            first_held.set()
+        return MutantResult(id=mutant_id, status="killed")
+
+    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
+    got: list[str] = []
+    ids = [f"m{k}" for k in range(6)]
+    mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json", ids, tmp_path,
+                              workers=2, per_mutant_s=60, on_result=lambda r: got.append(r.id),
+                              log=lambda _m: None)
+    assert sorted(got) == ids and got[-1] == "m0"
+    held_by = graded_by["m0"]
+    assert {w for m, w in graded_by.items() if m != "m0"} == {b.name for b in boxes} - {held_by}
+    assert all(b.closed.is_set() for b in boxes)
+
+
+def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
+    tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[str] = []
+    removed_while_grading: list[bool] = []
+    slow_done = threading.Event()
+
+    def grade_one(inputs: Any, box: FakeBox, n: int, mutant_id: str, out_dir: Path,
+                  timeout_s: float) -> MutantResult:
+        handed.append(mutant_id)
+        if mutant_id == "bad":
+            raise GraderFailed("the grader of mutant bad exited with code 2", "see its log")
+        # Runs until its container is removed: the pool must not wait for it to finish.
+        removed_while_grading.append(box.closed.wait(60))
+        slow_done.set()
+        raise RuntimeError("container removed")
+
+    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
+    got: list[str] = []
+    with pytest.raises(GraderFailed, match="mutant bad"):
+        mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json",
+                                  ["slow", "bad", "never-1", "never-2"], tmp_path, workers=2,
+                                  per_mutant_s=60, on_result=lambda r: got.append(r.id),
+                                  log=lambda _m: None)
+    assert got == [] and "never-1" not in handed and "never-2" not in handed
+    assert slow_done.wait(60) and removed_while_grading == [True]
+    assert all(b.closed.is_set() for b in boxes)
