@@ -550,10 +550,11 @@ def remember_collection(checks: Path, ids: list[str]) -> None:
     pytest would collect the same."""
     _COLLECTED[(str(checks.resolve()), tree_sha256(checks))] = tuple(ids)
 
+
 BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
 STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
-NOT_SELECTED = ("not run: this check never ran the mutated statement while the reference was "
-                "graded, so it cannot see the mutant")
+NOT_SELECTED = ("not run: not among the contracts this grade was asked to run (mutation "
+                "analysis grades a kill again with its killing check alone)")
 FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
 
 

@@ -62,9 +62,9 @@ class GradeOptions:
     # stop at the first failing one and report the rest ``not_run``. A session's grade never
     # sets this; its report must hold every contract.
     stop_at_first_failure: bool = False
-    # Mutation analysis only, all three: which contracts a mutant's grade runs, from the
-    # reference's per-check coverage. ``hidden_tests``: exact node ids to run, in this order
-    # (None: all); ``public_tests``: whether the public test command runs; the others are
+    # Mutation analysis only: which contracts a mutant's grade runs, in the order the
+    # reference's per-check coverage gives. ``hidden_tests``: exact node ids to run, in this
+    # order (None: all); ``public_tests``: whether the public test command runs; the others are
     # reported ``not_run`` (NOT_SELECTED). ``trace_each_hidden_test``: the reference's grade runs
     # every hidden check in its own pytest process with GRADING_TRACE_TEST set to its node id,
     # so coverage is filed under the right check (see grading.trace).

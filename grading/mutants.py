@@ -139,6 +139,10 @@ class MutantsReport(BaseModel):
     reference_reused: bool = False
     workers: int = 1
 
+    def results_json(self) -> str:
+        """``mutants.json``: the header without what only a grading process needs."""
+        return self.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n"
+
 
 def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> MutantResult:
     """The mutant's status from its (first-failure) grade."""
@@ -450,8 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     except (GraderError, sealed.SealError, ValueError, OSError) as exc:
         print(f"grading.mutants: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    (args.out / RESULTS_NAME).write_text(
-        report.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n")
+    (args.out / RESULTS_NAME).write_text(report.results_json())
     print(f"grading.mutants: {len(report.mutants)} mutants graded in {report.duration_s:.0f} s")
     return 0
 

@@ -342,8 +342,7 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
         raise
     header.mutants = [results[m.id] for m in mutants]
     header.duration_s = round(time.monotonic() - t0, 2)
-    (out / RESULTS_NAME).write_text(
-        header.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n")
+    (out / RESULTS_NAME).write_text(header.results_json())
     return header
 
 
