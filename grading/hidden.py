@@ -31,6 +31,7 @@ from grading.probe import PROBES_VAR
 from grading.public import child_env, excerpt_of, read_log_text, run_evidence
 from grading.run import RunResult, Watchdog, run_command, signal_name
 from grading.trace import TRACE_TEST_VAR
+from grading.warm_start import WARM_START_VAR
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class _HiddenRunner:
                 FLAGS_VAR: str(layout.flags),
                 # Plugins installed in the image must not change how checks run.
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                **({WARM_START_VAR: "1"} if opts.warm_start else {}),
             },
         )
         self.expected = discover_hidden_tests(self.checks)

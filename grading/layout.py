@@ -73,6 +73,10 @@ class GradeOptions:
     # Run the public tests after the hidden checks instead of before (mutation analysis only).
     public_tests_last: bool = False
     trace_each_hidden_test: bool = False
+    # Mutation analysis only: start the candidate's Python processes from a warm server that
+    # imported torch once (``grading.warm_start``); never for a session's grade or the
+    # reference's (whose coverage hook must see each interpreter start).
+    warm_start: bool = False
 
 
 @dataclass(frozen=True)

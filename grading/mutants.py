@@ -135,9 +135,11 @@ class MutantsReport(BaseModel):
     # The run's wall time, the reference's grade included unless it was reused.
     duration_s: float = 0.0
     # Set by the host: the reference's header came from an earlier run of the same inputs,
-    # and how many grader containers graded the mutants side by side.
+    # how many grader containers graded the mutants side by side, and whether the mutants'
+    # candidate processes were forked from a warm interpreter (grading.warm_start).
     reference_reused: bool = False
     workers: int = 1
+    warm_start: bool = False
 
     def results_json(self) -> str:
         """``mutants.json``: the header without what only a grading process needs."""
@@ -236,7 +238,8 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         hidden_tests=None if selection is None else selection.hidden,
         public_tests=True if selection is None else selection.public,
         public_tests_last=selection is not None and selection.public_last,
-        trace_each_hidden_test=reference)
+        trace_each_hidden_test=reference,
+        warm_start=not reference and not args.cold_start)
 
 
 def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
@@ -442,6 +445,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
+    p.add_argument("--cold-start", action="store_true",
+                   help="start every candidate process of a mutant's grade as a fresh "
+                        "interpreter (default: forked from a warm server, grading.warm_start)")
     return p
 
 

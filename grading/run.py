@@ -22,8 +22,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from grading import sealed
+from grading import sealed, warm_start
 
 MARKER_VAR = "GRADING_RUN_ID"
 DEFAULT_MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -161,6 +162,51 @@ def _wait_exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
+class _Process(Protocol):
+    pid: int
+
+    def exited(self) -> bool: ...
+
+    def wait(self) -> int: ...
+
+
+class _Fresh:
+    """A ``Popen`` child, left unreaped until :meth:`wait` (see ``_wait_exited``)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def exited(self) -> bool:
+        return self.popen.returncode is not None or _wait_exited(self.pid)
+
+    def wait(self) -> int:
+        return self.popen.wait()
+
+
+def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
+           identity: sealed.PopenIdentity | None) -> _Process:
+    """Start the command in its own session with stdout/stderr on ``out_fd``: forked from a
+    warm server when mutation analysis switched warm starts on (candidate commands only,
+    ``grading.warm_start``), else a fresh ``Popen``."""
+    if identity is not None and warm_start.enabled():
+        warm = warm_start.start(argv, cwd, env, out_fd, identity)
+        if warm is not None:
+            return warm
+    popen = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out_fd,
+        stderr=out_fd,
+        start_new_session=True,
+        close_fds=True,
+        **(identity or {}),
+    )
+    return _Fresh(popen)
+
+
 def run_command(
     cmd: Sequence[str] | str,
     cwd: Path,
@@ -196,6 +242,7 @@ def run_command(
     child_env["OMP_NUM_THREADS"] = "1"
     child_env["MKL_NUM_THREADS"] = "1"
     child_env[MARKER_VAR] = run_id
+    child_env.pop(warm_start.WARM_START_VAR, None)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shown = cmd if isinstance(cmd, str) else " ".join(argv)
@@ -204,22 +251,16 @@ def run_command(
 
     read_fd, write_fd = os.pipe()
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            start_new_session=True,
-            close_fds=True,
-            **identity,
-        )
+        proc = _start(argv, cwd, child_env, write_fd, identity if as_candidate else None)
     except BaseException:
         os.close(read_fd)
         os.close(write_fd)
         raise
     os.close(write_fd)
+    if isinstance(proc, warm_start.WarmProcess):
+        # Before the pump starts: the child's first output waits in the pipe until then.
+        with open(log_path, "ab") as fh:
+            fh.write(b"[grading] warm start (forked from grading.warm_start's server)\n")
     pump = _LogPump(read_fd, log_path, max_log_bytes)
     pump.start()
 
@@ -227,14 +268,14 @@ def run_command(
     deadline = start + timeout_s
     kill_reason: str | None = None
     try:
-        while not _wait_exited(proc.pid):
+        while not proc.exited():
             if time.monotonic() >= deadline:
                 kill_reason = f"hard timeout of {timeout_s:g} s"
             elif watchdog is not None:
                 kill_reason = watchdog()
             if kill_reason is not None:
                 _killpg(proc.pid)
-                while not _wait_exited(proc.pid):
+                while not proc.exited():
                     time.sleep(0.01)
                 break
             time.sleep(_POLL_S)
@@ -244,11 +285,11 @@ def run_command(
         _killpg(proc.pid)
         killed, survivors = _sweep(run_id)
     finally:
-        if proc.returncode is None and not _wait_exited(proc.pid):
+        if not proc.exited():
             # Reached only when the grader itself is interrupted: still leave nothing behind.
             _killpg(proc.pid)
             _sweep(run_id)
-        proc.wait()
+        rc = proc.wait()
         reaped = sealed.end_job() if as_candidate and reap_candidate else 0
         if scratch is not None and reap_candidate:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -256,7 +297,6 @@ def run_command(
         pump.join(timeout=5)
         os.close(read_fd)
 
-    rc = proc.returncode
     timed_out = kill_reason is not None
     result = RunResult(
         exit_code=rc if rc >= 0 else None,

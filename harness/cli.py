@@ -800,6 +800,10 @@ def oracle_strength_cmd(
     fresh_reference: Annotated[bool, typer.Option(
         help="grade the reference again even when an earlier run graded the same grading "
         "code, image, hidden tree and reference")] = False,
+    cold_start: Annotated[bool, typer.Option(
+        help="start every candidate process of a mutant's grade as a fresh interpreter "
+        "(default: forked from a warm one that imported torch once; grading/warm_start.py)")]
+    = False,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
     from harness.oracle_strength import oracle_strength
@@ -819,7 +823,8 @@ def oracle_strength_cmd(
                                  limit=limit, seed=seed,
                                  operators=set(operator) if operator else None,
                                  ids=set(mutant) if mutant else None, workers=workers,
-                                 reuse_reference=not fresh_reference, log=_log)
+                                 reuse_reference=not fresh_reference,
+                                 warm_start=not cold_start, log=_log)
     table = Table(title=f"oracle strength: {task}")
     for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
         table.add_column(column)

@@ -54,6 +54,8 @@ class MutantInputs:
     mutants: Path
     grader_sha256: str
     hidden_sha256: str
+    # Mutants' candidate processes forked from a warm interpreter (grading.warm_start).
+    warm_start: bool = True
 
     def entries(self, reference: Path | None = None) -> dict[str, Path]:
         sent = {"baseline": self.baseline, "packet.yaml": self.packet_yaml,
@@ -66,7 +68,7 @@ class MutantInputs:
                 "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
                 "--reference-diff", f"{INPUT_DIR}/reference.diff", "--out", out,
                 "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", self.hidden_sha256,
-                *extra]
+                *([] if self.warm_start else ["--cold-start"]), *extra]
 
     def bound(self, raw: bytes, what: str) -> MutantsReport:
         """``raw`` parsed, and refused unless it names this run's grading code and hidden

@@ -93,8 +93,10 @@ class OracleStrengthReport(BaseModel):
     # unless reference_reused: an earlier run graded the same inputs).
     reference_duration_s: float = 0.0
     reference_reused: bool = False
-    # Grader containers that graded the mutants side by side.
+    # Grader containers that graded the mutants side by side, and whether the mutants'
+    # candidate processes were forked from a warm interpreter (grading.warm_start).
     workers: int = 1
+    warm_start: bool = False
     coverage_recorded: bool = False
     # Coverage filed per check (the reference graded one process per hidden check), so each
     # mutant ran only the checks that execute it; False in runs made before that existed.
@@ -172,6 +174,7 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
         reference_duration_s=graded.reference_duration_s,
         reference_reused=graded.reference_reused, workers=graded.workers,
+        warm_start=graded.warm_start,
         coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
         coverage_recorded=graded.coverage_recorded,
         mutants_total=len(entries), mutants_generated=len(mutants), detected=detected,
@@ -200,8 +203,10 @@ def render_markdown(report: OracleStrengthReport) -> str:
         + (f", limit {report.limit}" if report.limit else "") +
         f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
         f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min, the mutants "
-        f"in {_containers(report.workers)} side by side (per-test limit "
-        f"{report.hidden_test_timeout_s:g} s). The reference graded "
+        f"in {_containers(report.workers)} side by side"
+        + (", their candidate processes forked from a warm interpreter (`grading.warm_start`)"
+           if report.warm_start else "")
+        + f" (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
         f"`{report.reference_verdict}`"
         f"{', one process per hidden check,' if report.coverage_per_check else ''} in "
         f"{report.reference_duration_s / 60:.1f} min"
@@ -316,6 +321,7 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     t0 = time.monotonic()
     header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference, log=log)
     header.reference_reused, header.workers = reused, workers
+    header.warm_start = inputs.warm_start
     out = out_dir / "out"
     out.mkdir()
     (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
@@ -350,7 +356,7 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
                     report_dir: Path, *, limit: int | None = None, seed: int = 0,
                     operators: set[str] | None = None, ids: set[str] | None = None,
                     workers: int = DEFAULT_WORKERS, reuse_reference: bool = True,
-                    per_mutant_s: float = 600.0,
+                    warm_start: bool = True, per_mutant_s: float = 600.0,
                     log: Callable[[str], None] = print) -> OracleStrengthReport:
     """Generate, grade and score the task's mutants; write the report under ``report_dir``
     and the run's mutants, logs and raw results in a new ``runs_root/run-N``. The reference's
@@ -383,7 +389,7 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         inputs = MutantInputs(baseline=baseline, packet_yaml=packet_dir / "packet.yaml",
                               hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
                               grader_sha256=grader_source_sha256(),
-                              hidden_sha256=tree_sha256(hidden_dir))
+                              hidden_sha256=tree_sha256(hidden_dir), warm_start=warm_start)
         out_dir = new_numbered_dir(runs_root, "run")
         log(f"{len(mutants)} mutants of {task}'s reference "
             f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
@@ -393,7 +399,8 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         (out_dir / RUN_SETTINGS).write_text(json.dumps(
             {"seed": seed, "limit": limit, "selected": bool(operators or ids),
              "grader_source_sha256": inputs.grader_sha256,
-             "hidden_tree_sha256": inputs.hidden_sha256, "workers": workers}))
+             "hidden_tree_sha256": inputs.hidden_sha256, "workers": workers,
+             "warm_start": warm_start}))
         graded = _grade_mutants(inputs, mutants, out_dir, runs_root / "reference-cache",
                                 workers=workers, reuse_reference=reuse_reference,
                                 per_mutant_s=per_mutant_s, log=log)

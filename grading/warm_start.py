@@ -1,0 +1,446 @@
+"""Warm starts: candidate Python processes forked from an interpreter that imported torch once.
+
+Why: a mutant's grade starts forty-odd short candidate processes (training runs of 20 steps,
+probes), and each spends most of its life importing torch and ``torch.distributed``
+(2-2.5 s of a 3-4 s run on the 2-core reference machine). Mutation analysis grades hundreds
+of trusted mutants of the reference, so ``grading.mutants`` switches this on for mutant grades
+only (``GradeOptions.warm_start``); a session's grade and the reference's (whose coverage hook
+must see each process start) always start fresh interpreters.
+
+How: the judge starts a *warm server* (``python -m grading.warm_start``): a root process of
+the judge's own, with no candidate code in it, that imports torch and the distributed modules
+and then only forks. For each candidate command whose argv is ``python [-u] script ...`` or
+``python [-u] -m module ...`` on this interpreter, the judge sends the request (argv, folder,
+environment, the write end of the log pipe); the server forks, and the child does what
+``subprocess.Popen(user=..., start_new_session=True, close_fds=True)`` and a fresh interpreter
+would do: new session, stdin ``/dev/null``, stdout/stderr to the log, every other descriptor
+closed, the candidate uid (groups dropped, ``umask``), the environment replaced, ``sys.path``,
+``sys.argv`` and the standard streams rebuilt as the interpreter builds them, Python-level
+random generators reseeded, then the script or module runs as ``__main__``. The seal is the
+same as for a fresh process: the child holds the candidate uid and no capability, the server is
+another uid it cannot signal or trace, and the socket to the server is closed before the
+candidate's code runs. The server reports each child's exit and reaps it only when the judge
+releases it, so (as with ``Popen``) its PID and process group stay reserved until the judge has
+killed the group.
+
+What stays different from a fresh interpreter, and why it cannot change a grade of the
+reference's mutants: the process's initial environment block (``/proc/self/environ``) is the
+server's, i.e. the same environment without the per-run variables (rank, rendezvous, home,
+marker); ``sys.flags`` are the server's. Everything an import reads (every variable outside
+:data:`PER_RUN_VARS`) is part of the server's identity: a request whose environment differs
+there gets its own server (at most :data:`MAX_SERVERS`), or a fresh process beyond that.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WARM_START_VAR = "GRADING_WARM_START"
+# Read when a process starts a run, not when it imports: a server serves every value.
+PER_RUN_VARS = frozenset({
+    "GRADING_RUN_ID", "HOME", "TMPDIR", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
+    "GLOO_SOCKET_IFNAME", WARM_START_VAR,
+})
+# The coverage hook (grading.trace) acts at interpreter start: such a process is never warm.
+COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
+# What every candidate process of a grade imports (measured: 2-2.5 s of each short run).
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint",
+           "torch.distributed.fsdp", "torch.nn.parallel", "torch.optim")
+MAX_SERVERS = 3
+READY_TIMEOUT_S = 120.0
+_MAX_MESSAGE = 1 << 20
+_POLL_S = 0.01
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What ``python [-u] (script | -m module) args...`` runs."""
+
+    kind: str  # "script" or "module"
+    target: str
+    args: tuple[str, ...]
+    unbuffered: bool
+
+
+def entry_of(argv: Sequence[str]) -> Entry | None:
+    """The entry point of ``argv`` when a warm server can run it, else None (start it fresh)."""
+    if not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return None
+    rest = list(argv[1:])
+    unbuffered = False
+    if rest and rest[0] == "-u":
+        unbuffered, rest = True, rest[1:]
+    if len(rest) >= 2 and rest[0] == "-m" and not rest[1].startswith("-"):
+        return Entry("module", rest[1], tuple(rest[2:]), unbuffered)
+    if rest and not rest[0].startswith("-"):
+        return Entry("script", rest[0], tuple(rest[1:]), unbuffered)
+    return None
+
+
+def enabled() -> bool:
+    return os.environ.get(WARM_START_VAR) == "1"
+
+
+def _identity_env(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The part of ``env`` a server is started with (None: this environment must start cold)."""
+    if any(k.startswith(COLD_ONLY_PREFIXES) for k in env):
+        return None
+    return {k: v for k, v in env.items() if k not in PER_RUN_VARS}
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's side
+
+
+class WarmProcess:
+    """A child of a warm server, driven like a ``Popen`` whose exit is reported by the server."""
+
+    def __init__(self, server: _Server, pid: int) -> None:
+        self.server = server
+        self.pid = pid
+        self.returncode: int | None = None
+        self._exited = threading.Event()
+        self._released = False
+
+    def _set_exit(self, returncode: int) -> None:
+        self.returncode = returncode
+        self._exited.set()
+
+    def exited(self) -> bool:
+        """True once the child has exited (it stays unreaped until :meth:`wait`)."""
+        return self._exited.is_set()
+
+    def wait(self) -> int:
+        self._exited.wait()
+        if not self._released:
+            self._released = True
+            self.server.release(self.pid)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class _Server:
+    def __init__(self, identity: dict[str, str]) -> None:
+        self.identity = identity
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock = ours
+        self.lock = threading.Lock()
+        self.children: dict[int, WarmProcess] = {}
+        self.replies: dict[int, WarmProcess | None] = {}
+        self.reply_ready = threading.Condition(self.lock)
+        self.ready = threading.Event()
+        self.dead = False
+        self.next_id = 0
+        # The judge's own temp folder (closed to the candidate); the server's log goes there.
+        self.log = Path(tempfile.mkdtemp(prefix="warm-server-")) / "server.log"
+        env = dict(identity, HOME="/nonexistent", TMPDIR=tempfile.gettempdir())
+        with open(self.log, "wb") as log:
+            # -s: no user site (a candidate process's HOME is a fresh, empty folder: none there
+            # either). Its own session: a signal to the judge's group does not reach it; it
+            # exits when the judge's end of the socket closes.
+            self.proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", "grading.warm_start", str(theirs.fileno())],
+                cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                pass_fds=[theirs.fileno()], start_new_session=True)
+        theirs.close()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.sock.recv(_MAX_MESSAGE)
+                if not data:
+                    break
+                msg = json.loads(data)
+                with self.reply_ready:
+                    if msg.get("ready"):
+                        self.ready.set()
+                    elif "exited" in msg:
+                        child = self.children.get(int(msg["exited"]))
+                        if child is not None:
+                            child._set_exit(int(msg["returncode"]))
+                    elif "id" in msg:
+                        # Registered here, before the next message (its exit) is read.
+                        if "pid" in msg:
+                            child = WarmProcess(self, int(msg["pid"]))
+                            self.children[child.pid] = child
+                            self.replies[int(msg["id"])] = child
+                        else:
+                            self.replies[int(msg["id"])] = None
+                        self.reply_ready.notify_all()
+        except (OSError, ValueError):
+            pass
+        self._died()
+
+    def _died(self) -> None:
+        """The server is gone: its unreported children were reparented; kill their sessions."""
+        with self.reply_ready:
+            self.dead = True
+            self.reply_ready.notify_all()
+            pending = [c for c in self.children.values() if not c.exited()]
+        for child in pending:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child._released = True  # nobody is left to reap it but init
+            child._set_exit(-signal.SIGKILL)
+            _flag_defect(f"the warm-start server died while pid {child.pid} ran; see {self.log}")
+
+    def start(self, entry: Entry, cwd: Path, env: Mapping[str, str], log_fd: int,
+              identity: Mapping[str, Any]) -> WarmProcess | None:
+        if not self.ready.wait(READY_TIMEOUT_S) or self.dead:
+            return None
+        request = {
+            "kind": entry.kind, "target": entry.target, "args": list(entry.args),
+            "unbuffered": entry.unbuffered, "cwd": str(cwd), "env": dict(env),
+            "uid": identity["user"], "gid": identity["group"], "umask": identity["umask"],
+        }
+        with self.reply_ready:
+            self.next_id += 1
+            request["id"] = rid = self.next_id
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [log_fd])
+            while rid not in self.replies and not self.dead:
+                self.reply_ready.wait(1.0)
+            return self.replies.pop(rid, None)
+
+    def release(self, pid: int) -> None:
+        with self.lock:
+            self.children.pop(pid, None)
+            if self.dead:
+                return
+            with contextlib.suppress(OSError):
+                self.sock.send(json.dumps({"op": "release", "pid": pid}).encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+_servers: dict[str, _Server] = {}
+_servers_lock = threading.Lock()
+
+
+def _server_for(env: Mapping[str, str]) -> _Server | None:
+    identity = _identity_env(env)
+    if identity is None:
+        return None
+    key = json.dumps(identity, sort_keys=True)
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None:
+            if len(_servers) >= MAX_SERVERS:
+                return None
+            server = _servers[key] = _Server(identity)
+        return server
+
+
+def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
+          identity: Mapping[str, Any]) -> WarmProcess | None:
+    """Start ``argv`` as a warm child, or None when it must start fresh (not a plain Python
+    command, an environment no server has room for, or no server answered)."""
+    entry = entry_of(argv)
+    if entry is None:
+        return None
+    server = _server_for(env)
+    return None if server is None else server.start(entry, cwd, env, log_fd, identity)
+
+
+@atexit.register
+def _close_servers() -> None:
+    with _servers_lock:
+        for server in _servers.values():
+            server.close()
+        _servers.clear()
+
+
+def _flag_defect(message: str) -> None:
+    # A server that dies is the grader's failure, never the candidate's: the judge's flag file
+    # (grading.judge_plugin) turns the grade into a grader error.
+    if path := os.environ.get("GRADING_JUDGE_FLAGS"):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(message.replace("\n", " ") + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    sock.send(json.dumps(msg).encode())
+
+
+def _returncode(pid: int) -> int | None:
+    """The exit of child ``pid`` as ``Popen.returncode`` words it, leaving it unreaped."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+def _serve(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    for name in PRELOAD:
+        __import__(name)
+    # Forking is safe only from a single-threaded process (and torch must not have started its
+    # thread pools: nothing here runs an op).
+    if threading.active_count() != 1:
+        raise SystemExit(f"warm server: {threading.active_count()} threads after the imports")
+    base_path = [p for p in sys.path[1:] if p not in _pythonpath(os.environ)]
+    _send(sock, {"ready": True})
+    children: dict[int, bool] = {}  # pid -> its exit was reported
+    while True:
+        ready, _, _ = select.select([sock], [], [], _POLL_S)
+        if ready:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
+            if not data:
+                break
+            msg = json.loads(data)
+            op = msg.get("op", "start")
+            if op == "start":
+                log_fd = fds[0]
+                sys.stdout.flush()
+                sys.stderr.flush()
+                try:
+                    pid = os.fork()
+                except OSError as exc:  # e.g. the pids limit: the judge starts it fresh
+                    os.close(log_fd)
+                    _send(sock, {"id": msg["id"], "error": str(exc)})
+                    continue
+                if pid == 0:
+                    _become(msg, log_fd, sock, base_path)  # never returns
+                os.close(log_fd)
+                children[pid] = False
+                _send(sock, {"id": msg["id"], "pid": pid})
+            elif op == "release" and int(msg["pid"]) in children:
+                os.waitpid(int(msg["pid"]), 0)
+                del children[int(msg["pid"])]
+            for extra in fds[1 if op == "start" else 0:]:
+                os.close(extra)
+        for pid, reported in children.items():
+            if not reported and (code := _returncode(pid)) is not None:
+                _send(sock, {"exited": pid, "returncode": code})
+                children[pid] = True
+    # The judge is gone: nothing it started may outlive it.
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _pythonpath(env: Mapping[str, str]) -> list[str]:
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _set_dumpable() -> None:
+    # Changing uid without exec leaves the process non-dumpable (its /proc files root's): exec
+    # would have made it dumpable again, so do what exec does.
+    import ctypes
+
+    pr_set_dumpable = 4
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 1, 0, 0, 0)
+
+
+_kept_streams: list[Any] = []
+
+
+def _stdio(unbuffered: bool) -> None:
+    import io
+
+    # The server's stream objects own fds 0-2; keep them alive so that collecting them never
+    # closes the descriptors the child now writes to.
+    _kept_streams.extend([sys.stdin, sys.stdout, sys.stderr])
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors or "strict"
+
+    def writer(fd: int, err: str, line: bool) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, "w", closefd=False)
+        buffer: Any = raw if unbuffered else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffer, encoding=encoding, errors=err, line_buffering=line,
+                                write_through=unbuffered)
+
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
+    sys.stdout = writer(1, errors, False)
+    sys.stderr = writer(2, "backslashreplace", True)
+    # The interpreter's own handles too (a fresh process has them equal to the streams).
+    setattr(sys, "__stdin__", sys.stdin)  # noqa: B010 - they are Final to type checkers
+    setattr(sys, "__stdout__", sys.stdout)  # noqa: B010
+    setattr(sys, "__stderr__", sys.stderr)  # noqa: B010
+
+
+def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
+            base_path: list[str]) -> None:
+    """In the forked child: become the candidate process ``msg`` asks for, run it, exit."""
+    import random
+    import runpy
+
+    try:
+        sock.close()
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))
+        os.chdir(msg["cwd"])
+        os.setgroups([])
+        os.setresgid(msg["gid"], msg["gid"], msg["gid"])
+        os.setresuid(msg["uid"], msg["uid"], msg["uid"])
+        os.umask(msg["umask"])
+        _set_dumpable()
+        env: dict[str, str] = msg["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        tempfile.tempdir = None  # computed again from this TMPDIR
+        sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+        _stdio(msg["unbuffered"] or bool(env.get("PYTHONUNBUFFERED")))
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+    except BaseException:  # the child must never return into the server loop
+        os._exit(127)
+    args = list(msg["args"])
+    target = msg["target"]
+    # As the interpreter does: a module runs with the working folder first on sys.path (its
+    # argv[0] becomes the module's file), a script with its own folder first.
+    first = os.getcwd() if msg["kind"] == "module" else os.path.dirname(os.path.abspath(target))
+    sys.path[:] = [first, *_pythonpath(env), *base_path]
+    sys.argv = ["-m" if msg["kind"] == "module" else target, *args]
+    try:
+        if msg["kind"] == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(os.path.abspath(target), run_name="__main__")
+    except SystemExit:
+        raise
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        raise SystemExit(1) from None
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]))
