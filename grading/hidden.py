@@ -162,7 +162,7 @@ class _HiddenRunner:
                 FLAGS_VAR: str(layout.flags),
                 # Plugins installed in the image must not change how checks run.
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-                **({WARM_START_VAR: "1"} if opts.warm_start else {}),
+                **({WARM_START_VAR: str(layout.warm_tally)} if opts.warm_start else {}),
             },
         )
         self.expected = discover_hidden_tests(self.checks)

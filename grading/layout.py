@@ -119,6 +119,11 @@ class Layout:
     def flags(self) -> Path:
         return self.judge / "flags"
 
+    @property
+    def warm_tally(self) -> Path:
+        """Candidate processes the judge started warm and fresh (``grading.warm_start``)."""
+        return self.judge / "warm-starts.jsonl"
+
     def make(self) -> None:
         os.chmod(self.work, 0o711)
         for sub in ("home", "tmp", "cwd"):

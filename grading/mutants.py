@@ -50,9 +50,10 @@ from grading import sealed, trace
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.hidden import BUDGET_RAN_OUT, collected_ids, remember_collection
-from grading.layout import HIDDEN_PREFIX, PUBLIC_CONTRACT_ID, GradeOptions, GraderError
+from grading.layout import HIDDEN_PREFIX, PUBLIC_CONTRACT_ID, GradeOptions, GraderError, Layout
 from grading.models import ContractResult, Verdict, contract_configurations
 from grading.packet import PacketSpec, load_packet_spec
+from grading.warm_start import read_tally
 
 MUTANTS_SCHEMA_VERSION = 1
 RESULTS_NAME = "mutants.json"
@@ -100,6 +101,10 @@ class MutantResult(BaseModel):
     # False: no line of the mutated statement ran in any process of the reference's grade
     # (graded with every contract all the same, in case coverage missed something).
     covered: bool = True
+    # Candidate Python processes started warm (grading.warm_start) and fresh by the grade that
+    # gave this result.
+    processes_warm: int = 0
+    processes_fresh: int = 0
 
 
 class MutantSpec(BaseModel):
@@ -247,11 +252,14 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
                   selection: Selection) -> MutantResult:
     """One grade of the mutant with these contracts, its time added to ``spent``."""
     m0 = time.monotonic()
+    work = _fresh(scratch / "work")
     graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
-                            _fresh(scratch / "out"), _fresh(scratch / "work"),
+                            _fresh(scratch / "out"), work,
                             selection=selection, test_timeout_s=test_timeout))
     spent.append(time.monotonic() - m0)
-    return classify(mutant_id, graded.contracts, graded.diff.applied)
+    warm, fresh = read_tally(Layout(work).warm_tally)
+    return classify(mutant_id, graded.contracts, graded.diff.applied).model_copy(
+        update={"processes_warm": warm, "processes_fresh": fresh})
 
 
 def _confirm(result: MutantResult, ran: Selection,

@@ -191,6 +191,7 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
     ``grading.warm_start``), else a fresh ``Popen``."""
     if identity is not None and warm_start.enabled():
         warm = warm_start.start(argv, cwd, env, out_fd, identity)
+        warm_start.count(warm is not None)
         if warm is not None:
             return warm
     popen = subprocess.Popen(
@@ -242,7 +243,10 @@ def run_command(
     child_env["OMP_NUM_THREADS"] = "1"
     child_env["MKL_NUM_THREADS"] = "1"
     child_env[MARKER_VAR] = run_id
-    child_env.pop(warm_start.WARM_START_VAR, None)
+    if as_candidate:
+        # Only the judge's pytest (which starts the candidate's processes) is told; the
+        # candidate's processes start nothing warm.
+        child_env.pop(warm_start.WARM_START_VAR, None)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shown = cmd if isinstance(cmd, str) else " ".join(argv)

@@ -64,6 +64,8 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint",
 MAX_SERVERS = 3
 READY_TIMEOUT_S = 120.0
 _MAX_MESSAGE = 1 << 20
+# Below the kernel's limit for one datagram on a local socket (net.core.wmem_default, ~208 KiB).
+_MAX_REQUEST = 128 * 1024
 _POLL_S = 0.01
 
 
@@ -79,7 +81,9 @@ class Entry:
 
 def entry_of(argv: Sequence[str]) -> Entry | None:
     """The entry point of ``argv`` when a warm server can run it, else None (start it fresh)."""
-    if not argv or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+    # This interpreter exactly (a venv's python and the base python it links to differ in
+    # what they can import, though they resolve to one file).
+    if not argv or os.path.abspath(argv[0]) != os.path.abspath(sys.executable):
         return None
     rest = list(argv[1:])
     unbuffered = False
@@ -93,7 +97,31 @@ def entry_of(argv: Sequence[str]) -> Entry | None:
 
 
 def enabled() -> bool:
-    return os.environ.get(WARM_START_VAR) == "1"
+    """Set in the judge's pytest by a mutant grade: "1", or the file that gets its tally."""
+    return bool(os.environ.get(WARM_START_VAR))
+
+
+# Candidate processes this judge process started warm and fresh (written at its exit to the
+# file WARM_START_VAR names, as evidence of what a grade ran).
+_tally = {"warm": 0, "fresh": 0}
+
+
+def count(warm: bool) -> None:
+    _tally["warm" if warm else "fresh"] += 1
+
+
+def read_tally(path: Path) -> tuple[int, int]:
+    """(warm, fresh) summed over the judge processes that wrote to ``path``."""
+    warm = fresh = 0
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 0, 0
+    for line in lines:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            counts = json.loads(line)
+            warm, fresh = warm + int(counts["warm"]), fresh + int(counts["fresh"])
+    return warm, fresh
 
 
 def _identity_env(env: Mapping[str, str]) -> dict[str, str] | None:
@@ -145,16 +173,17 @@ class _Server:
         self.reply_ready = threading.Condition(self.lock)
         self.ready = threading.Event()
         self.dead = False
+        self.closing = False
         self.next_id = 0
         # The judge's own temp folder (closed to the candidate); the server's log goes there.
         self.log = Path(tempfile.mkdtemp(prefix="warm-server-")) / "server.log"
+        # A HOME with no user site, as a candidate process's (a fresh, empty folder) has none.
         env = dict(identity, HOME="/nonexistent", TMPDIR=tempfile.gettempdir())
         with open(self.log, "wb") as log:
-            # -s: no user site (a candidate process's HOME is a fresh, empty folder: none there
-            # either). Its own session: a signal to the judge's group does not reach it; it
-            # exits when the judge's end of the socket closes.
+            # Its own session: a signal to the judge's group does not reach it; it exits when
+            # the judge's end of the socket closes.
             self.proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "grading.warm_start", str(theirs.fileno())],
+                [sys.executable, "-m", "grading.warm_start", str(theirs.fileno())],
                 cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 pass_fds=[theirs.fileno()], start_new_session=True)
         theirs.close()
@@ -183,22 +212,25 @@ class _Server:
                         else:
                             self.replies[int(msg["id"])] = None
                         self.reply_ready.notify_all()
-        except (OSError, ValueError):
+        except Exception:  # whatever ends the reader, the waiters must learn of it
             pass
         self._died()
 
     def _died(self) -> None:
-        """The server is gone: its unreported children were reparented; kill their sessions."""
+        """The server is gone: its unreported children were reparented; kill their sessions.
+        Starts after this go fresh; a death the judge did not cause is a grader defect."""
         with self.reply_ready:
             self.dead = True
             self.reply_ready.notify_all()
             pending = [c for c in self.children.values() if not c.exited()]
+        self.ready.set()  # wakes a start() waiting for a server that never came up
+        if not self.closing:
+            _flag_defect(f"the warm-start server died; see {self.log}")
         for child in pending:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
             child._released = True  # nobody is left to reap it but init
             child._set_exit(-signal.SIGKILL)
-            _flag_defect(f"the warm-start server died while pid {child.pid} ran; see {self.log}")
 
     def start(self, entry: Entry, cwd: Path, env: Mapping[str, str], log_fd: int,
               identity: Mapping[str, Any]) -> WarmProcess | None:
@@ -212,7 +244,13 @@ class _Server:
         with self.reply_ready:
             self.next_id += 1
             request["id"] = rid = self.next_id
-            socket.send_fds(self.sock, [json.dumps(request).encode()], [log_fd])
+            data = json.dumps(request).encode()
+            if len(data) > _MAX_REQUEST:
+                return None  # a huge environment: started fresh
+            try:
+                socket.send_fds(self.sock, [data], [log_fd])
+            except OSError:
+                return None  # the server is going; the reader thread marks it dead
             while rid not in self.replies and not self.dead:
                 self.reply_ready.wait(1.0)
             return self.replies.pop(rid, None)
@@ -226,6 +264,7 @@ class _Server:
                 self.sock.send(json.dumps({"op": "release", "pid": pid}).encode())
 
     def close(self) -> None:
+        self.closing = True
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -267,6 +306,10 @@ def _close_servers() -> None:
         for server in _servers.values():
             server.close()
         _servers.clear()
+    target = os.environ.get(WARM_START_VAR, "")
+    if os.path.isabs(target) and any(_tally.values()):
+        with contextlib.suppress(OSError), open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(_tally) + "\n")
 
 
 def _flag_defect(message: str) -> None:
@@ -295,6 +338,25 @@ def _returncode(pid: int) -> int | None:
     return -info.si_status
 
 
+def _shadowed(msg: dict[str, Any]) -> list[str]:
+    """Modules this server imported that the request's own path would import from elsewhere:
+    a fresh interpreter would pick the candidate's file, a warm one has the server's."""
+    loaded = {name for name in sys.modules if "." not in name}
+    found = []
+    for folder in [_first_path_entry(msg), *_pythonpath(msg["env"])]:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            stem = name.split(".", 1)[0]
+            top = (name.endswith((".py", ".pyc", ".so"))
+                   or os.path.isfile(os.path.join(folder, name, "__init__.py")))
+            if top and stem in loaded:
+                found.append(os.path.join(folder, name))
+    return found
+
+
 def _serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     for name in PRELOAD:
@@ -304,52 +366,85 @@ def _serve(fd: int) -> None:
     if threading.active_count() != 1:
         raise SystemExit(f"warm server: {threading.active_count()} threads after the imports")
     base_path = [p for p in sys.path[1:] if p not in _pythonpath(os.environ)]
-    _send(sock, {"ready": True})
     children: dict[int, bool] = {}  # pid -> its exit was reported
-    while True:
-        ready, _, _ = select.select([sock], [], [], _POLL_S)
-        if ready:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
-            if not data:
-                break
-            msg = json.loads(data)
-            op = msg.get("op", "start")
-            if op == "start":
-                log_fd = fds[0]
-                sys.stdout.flush()
-                sys.stderr.flush()
-                try:
-                    pid = os.fork()
-                except OSError as exc:  # e.g. the pids limit: the judge starts it fresh
-                    os.close(log_fd)
-                    _send(sock, {"id": msg["id"], "error": str(exc)})
-                    continue
-                if pid == 0:
-                    _become(msg, log_fd, sock, base_path)  # never returns
-                os.close(log_fd)
-                children[pid] = False
-                _send(sock, {"id": msg["id"], "pid": pid})
-            elif op == "release" and int(msg["pid"]) in children:
-                os.waitpid(int(msg["pid"]), 0)
-                del children[int(msg["pid"])]
-            for extra in fds[1 if op == "start" else 0:]:
-                os.close(extra)
-        for pid, reported in children.items():
-            if not reported and (code := _returncode(pid)) is not None:
-                _send(sock, {"exited": pid, "returncode": code})
-                children[pid] = True
-    # The judge is gone: nothing it started may outlive it.
-    for pid in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+    server = os.getpid()
+    try:
+        _send(sock, {"ready": True})
+        while True:
+            ready, _, _ = select.select([sock], [], [], _POLL_S)
+            if ready:
+                data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
+                if not data:
+                    break
+                msg = json.loads(data)
+                op = msg.get("op", "start")
+                if op == "start":
+                    pid = _fork(sock, msg, fds[0], base_path)
+                    if pid is not None:
+                        children[pid] = False
+                elif op == "release" and int(msg["pid"]) in children:
+                    os.waitpid(int(msg["pid"]), 0)
+                    del children[int(msg["pid"])]
+                for extra in fds[1 if op == "start" else 0:]:
+                    os.close(extra)
+            for pid, reported in children.items():
+                if not reported and (code := _returncode(pid)) is not None:
+                    _send(sock, {"exited": pid, "returncode": code})
+                    children[pid] = True
+    finally:
+        # A child's exit unwinds through here too (it never returns, it raises SystemExit
+        # out of _become): only the server itself may clean up. The judge is gone, or this
+        # server failed: nothing it started may outlive it.
+        if os.getpid() == server:
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+
+def _fork(sock: socket.socket, msg: dict[str, Any], log_fd: int,
+          base_path: list[str]) -> int | None:
+    """Fork the requested child and tell the judge its pid, or why it must start fresh."""
+    why = None
+    if shadowed := _shadowed(msg):
+        why = f"the request's path shadows a preloaded module ({shadowed[0]})"
+    else:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # e.g. the pids limit
+            why = f"fork failed: {exc}"
+        else:
+            if pid == 0:
+                _become(msg, log_fd, sock, base_path)  # never returns
+    os.close(log_fd)
+    if why is not None:
+        _send(sock, {"id": msg["id"], "error": why})
+        return None
+    _send(sock, {"id": msg["id"], "pid": pid})
+    return pid
 
 
 def _pythonpath(env: Mapping[str, str]) -> list[str]:
     return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _script_path(msg: dict[str, Any]) -> str:
+    # As CPython names a script run as __main__: joined to the working folder, not normalised.
+    target: str = msg["target"]
+    return target if os.path.isabs(target) else os.path.join(msg["cwd"], target)
+
+
+def _first_path_entry(msg: dict[str, Any]) -> str:
+    """sys.path[0] of the interpreter: the working folder for ``-m``, else the script's own
+    folder (links resolved)."""
+    if msg["kind"] == "module":
+        return str(msg["cwd"])
+    return os.path.dirname(os.path.realpath(_script_path(msg)))
 
 
 def _set_dumpable() -> None:
@@ -365,6 +460,7 @@ _kept_streams: list[Any] = []
 
 
 def _stdio(unbuffered: bool) -> None:
+    """The standard streams as the interpreter makes them (``create_stdio``)."""
     import io
 
     # The server's stream objects own fds 0-2; keep them alive so that collecting them never
@@ -372,28 +468,78 @@ def _stdio(unbuffered: bool) -> None:
     _kept_streams.extend([sys.stdin, sys.stdout, sys.stderr])
     encoding, errors = sys.stdout.encoding, sys.stdout.errors or "strict"
 
-    def writer(fd: int, err: str, line: bool) -> io.TextIOWrapper:
-        raw = io.FileIO(fd, "w", closefd=False)
-        buffer: Any = raw if unbuffered else io.BufferedWriter(raw)
+    def stream(fd: int, name: str, mode: str, err: str, line: bool) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        raw.name = name  # as create_stdio names it
+        size = os.fstat(fd).st_blksize or io.DEFAULT_BUFFER_SIZE
+        buffer: Any
+        if mode == "r":
+            buffer = io.BufferedReader(raw, size)
+        else:
+            buffer = raw if unbuffered else io.BufferedWriter(raw, size)
         return io.TextIOWrapper(buffer, encoding=encoding, errors=err, line_buffering=line,
                                 write_through=unbuffered)
 
-    sys.stdin = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding, errors=errors)
-    sys.stdout = writer(1, errors, False)
-    sys.stderr = writer(2, "backslashreplace", True)
+    sys.stdin = stream(0, "<stdin>", "r", errors, False)
+    sys.stdout = stream(1, "<stdout>", "w", errors, False)
+    # stderr is line-buffered unless the streams are unbuffered altogether.
+    sys.stderr = stream(2, "<stderr>", "w", "backslashreplace", not unbuffered)
     # The interpreter's own handles too (a fresh process has them equal to the streams).
     setattr(sys, "__stdin__", sys.stdin)  # noqa: B010 - they are Final to type checkers
     setattr(sys, "__stdout__", sys.stdout)  # noqa: B010
     setattr(sys, "__stderr__", sys.stderr)  # noqa: B010
 
 
+def _fresh_state(cwd: str) -> None:
+    """What each fresh interpreter draws anew: Python's, numpy's and torch's default random
+    generators, multiprocessing's auth key and starting folder."""
+    import random
+
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].default_generator.seed()
+    if "multiprocessing.process" in sys.modules:
+        mp = sys.modules["multiprocessing.process"]
+        mp.current_process().authkey = os.urandom(32)
+        setattr(mp, "ORIGINAL_DIR", cwd)  # noqa: B010 - not in the stubs
+
+
+def _main_module(msg: dict[str, Any]) -> Any:
+    """A new ``__main__`` module, installed for good (as the interpreter's own is)."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    if msg["kind"] == "script":
+        from importlib.machinery import SourceFileLoader
+
+        path = _script_path(msg)
+        main.__file__ = path
+        main.__loader__ = SourceFileLoader("__main__", path)
+        main.__package__ = None
+        main.__spec__ = None
+        main.__cached__ = None  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    return main
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    """``sys.excepthook`` on ``exc`` without this module's frames in front, as a fresh
+    interpreter shows it (runpy's stay: ``python -m`` shows them too)."""
+    ours = _print_uncaught.__code__.co_filename
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == ours:
+        tb = tb.tb_next
+    # The hook prints the exception's own traceback, whatever it is passed: trim that.
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
 def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
             base_path: list[str]) -> None:
     """In the forked child: become the candidate process ``msg`` asks for, run it, exit."""
-    import random
-    import runpy
-
     try:
         sock.close()
         os.setsid()
@@ -417,27 +563,43 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
         tempfile.tempdir = None  # computed again from this TMPDIR
         sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
         _stdio(msg["unbuffered"] or bool(env.get("PYTHONUNBUFFERED")))
-        random.seed()
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+        _fresh_state(msg["cwd"])
+        sys.path[:] = [_first_path_entry(msg), *_pythonpath(env), *base_path]
+        main = _main_module(msg)
     except BaseException:  # the child must never return into the server loop
         os._exit(127)
-    args = list(msg["args"])
-    target = msg["target"]
-    # As the interpreter does: a module runs with the working folder first on sys.path (its
-    # argv[0] becomes the module's file), a script with its own folder first.
-    first = os.getcwd() if msg["kind"] == "module" else os.path.dirname(os.path.abspath(target))
-    sys.path[:] = [first, *_pythonpath(env), *base_path]
-    sys.argv = ["-m" if msg["kind"] == "module" else target, *args]
     try:
         if msg["kind"] == "module":
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            import runpy
+
+            sys.argv = ["-m", *msg["args"]]  # argv[0] becomes the module's file, as with -m
+            runpy._run_module_as_main(msg["target"], True)  # type: ignore[attr-defined]
         else:
-            runpy.run_path(os.path.abspath(target), run_name="__main__")
+            path = _script_path(msg)
+            try:
+                with open(path, "rb") as fh:
+                    source = fh.read()
+            except OSError as exc:
+                print(f"{sys.executable}: can't open file {path!r}: [Errno {exc.errno}] "
+                      f"{exc.strerror}", file=sys.stderr)
+                raise SystemExit(2) from None
+            sys.argv = [msg["target"], *msg["args"]]
+            exec(compile(source, path, "exec"), main.__dict__)  # as the interpreter runs it
     except SystemExit:
         raise
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
+    except KeyboardInterrupt as exc:
+        # As the interpreter ends on an uncaught KeyboardInterrupt: by SIGINT, after its report.
+        _print_uncaught(exc)
+        import atexit as exit_handlers
+
+        exit_handlers._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        os._exit(130)
+    except BaseException as exc:
+        _print_uncaught(exc)
         raise SystemExit(1) from None
     raise SystemExit(0)
 

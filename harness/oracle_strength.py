@@ -183,6 +183,13 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
 
 
+def _started(report: OracleStrengthReport) -> str:
+    warm = sum(e.result.processes_warm for e in report.entries)
+    fresh = sum(e.result.processes_fresh for e in report.entries)
+    return (f"{warm} candidate Python processes warm and {fresh} fresh (commands a warm "
+            "interpreter does not run, such as the public test command's shell)")
+
+
 def _containers(n: int) -> str:
     return "one grader container" if n == 1 else f"{n} grader containers"
 
@@ -212,7 +219,8 @@ def render_markdown(report: OracleStrengthReport) -> str:
         f"{report.reference_duration_s / 60:.1f} min"
         + (" (an earlier run's grade of the same grading code, image, hidden tree and "
            "reference, not graded again)" if report.reference_reused else "")
-        + f"; the mutants took {mutant_minutes:.1f} min ({rate}).", "",
+        + f"; the mutants took {mutant_minutes:.1f} min ({rate})."
+        + (f" Their grades started {_started(report)}." if report.warm_start else ""), "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
     ]
     if report.mutants_generated > report.mutants_total:

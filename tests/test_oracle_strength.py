@@ -72,16 +72,22 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert "every contract ran on it" in markdown and "Kills checked" in markdown
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
-    # Two grader containers graded the three mutants, one log each.
-    assert report.workers == 2 and not report.reference_reused
+    # Two grader containers graded the three mutants, one log each, their candidate processes
+    # forked from a warm interpreter (grading.warm_start, the default).
+    assert report.workers == 2 and not report.reference_reused and report.warm_start
+    assert "forked from a warm interpreter" in markdown
+    # The survivors ran every contract: each training run and probe of theirs started warm.
+    assert all(entries[m].result.processes_warm > 0 for m in (EQUIVALENT, UNREACHED)), [
+        (e.mutant.id, e.result.processes_warm, e.result.processes_fresh) for e in report.entries]
     run_dir = next((tmp_path / "run").glob("run-*"))
     assert {p.stem for p in (run_dir / "logs").glob("*.log")} == set(entries)
 
     # Again, same grading code, image, hidden tree and reference: the reference's grade is
-    # reused, not graded again, and the mutant fares the same.
+    # reused, not graded again, and the mutant fares the same with fresh interpreters.
     again = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
-                            ids={KILLABLE}, workers=1, log=lambda _m: None)
-    assert again.reference_reused and again.workers == 1
+                            ids={KILLABLE}, workers=1, warm_start=False, log=lambda _m: None)
+    assert again.reference_reused and again.workers == 1 and not again.warm_start
+    assert again.entries[0].result.processes_warm == 0
     assert again.reference_duration_s == report.reference_duration_s
     assert again.duration_s < report.reference_duration_s
     assert [(e.mutant.id, e.result.status, e.result.killed_by) for e in again.entries] == [

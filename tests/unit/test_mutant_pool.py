@@ -7,6 +7,7 @@ exercised by ``tests/test_oracle_strength.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,3 +107,10 @@ def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
     assert got == [] and "never-1" not in handed and "never-2" not in handed
     assert slow_done.wait(60) and removed_while_grading == [True]
     assert all(b.closed.is_set() for b in boxes)
+
+
+def test_the_grader_is_told_to_start_mutants_cold_only_when_asked(tmp_path: Path) -> None:
+    warm = _inputs(tmp_path)
+    cold = dataclasses.replace(warm, warm_start=False)
+    assert "--cold-start" not in warm.command("/out", "--only", "m")
+    assert cold.command("/out", "--only", "m")[-3:] == ["--cold-start", "--only", "m"]

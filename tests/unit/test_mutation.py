@@ -303,13 +303,14 @@ def test_a_report_says_how_many_containers_graded_and_whether_the_reference_was_
     graded = MutantsReport(task_id="t", reference_verdict="complete", reference_duration_s=600,
                            hidden_test_timeout_s=60, grader_source_sha256="g",
                            hidden_tree_sha256="h", duration_s=120, workers=2,
-                           reference_reused=True, mutants=[
+                           reference_reused=True, warm_start=True, mutants=[
                                MutantResult(id="constant-a", status="killed", killed_by="x",
                                             confirmed="first")])
     text = render_markdown(score_report("t", [m("constant-a"), m("constant-b")], graded, {},
                                         seed=0, limit=None))
     # The reused reference's 10 min are not part of this run's 2 min.
-    assert "2.0 min, the mutants in 2 grader containers side by side" in text
+    assert "2.0 min, the mutants in 2 grader containers side by side, their candidate " \
+        "processes forked from a warm interpreter" in text
     assert "10.0 min (an earlier run's grade" in text and "the mutants took 2.0 min" in text
     assert "Stopped early:** 1 of 2" in text and "at most 1 that were still being" in text
 
