@@ -228,6 +228,8 @@ def test_uncaught_errors_end_a_warm_process_as_they_end_a_fresh_one(
         "kbd": "raise KeyboardInterrupt\n",
         "via_builtins": "__builtins__.print('via the module')\n",
         "exc": "def f():\n    raise ValueError('boom')\nf()\n",
+        # The server's own `from __future__ import annotations` must not reach a script.
+        "annotations": "def f(a: Undefined):\n    pass\n",
         "missing": None,
     }
     seen: dict[str, dict[str, Any]] = {"cold": {}, "warm": {}}
@@ -394,3 +396,33 @@ def test_concurrent_warm_starts_keep_their_own_exit(tmp_path: Path, warm: None) 
         thread.join()
     sealed.end_job()
     assert results == {code: (code, True) for code in range(10, 16)}
+
+
+def test_relative_python_paths_and_a_folder_script_as_the_interpreter_has_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here = script("incwd.py", "VALUE = 'from the working folder'\n").parent
+    (here / "rel").mkdir()
+    (here / "rel" / "inrel.py").write_text("VALUE = 'from rel'\n")
+    (here / "app").mkdir()
+    (here / "app" / "__main__.py").write_text("print('the folder ran')\n")
+    sealed.make_readable_tree(here)
+    main = script("main.py", "import sys, incwd, inrel\nprint(sys.path[1:3], incwd.VALUE, "
+                  "inrel.VALUE)\n")
+    env = base_env(PYTHONPATH=f"rel{os.pathsep}")
+    seen: dict[str, list[Any]] = {"cold": [], "warm": []}
+    for mode in ("cold", "warm"):
+        if mode == "warm":
+            monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
+        try:
+            for n, argv in enumerate([[sys.executable, str(main)],
+                                      [sys.executable, str(here / "app")]]):
+                log = tmp_path / f"{mode}{n}.log"
+                res = run_command(argv, here, env, 60, log)
+                seen[mode].append((res.exit_code, warm_started(log), [
+                    ln for ln in log.read_text().splitlines() if not ln.startswith("[grading]")]))
+        finally:
+            warm_start._close_servers()
+    assert [(code, lines) for code, _, lines in seen["warm"]] == [
+        (code, lines) for code, _, lines in seen["cold"]], json.dumps(seen, indent=1)
+    assert seen["warm"][0][0] == 0 and seen["warm"][0][1]  # the script started warm
+    assert seen["warm"][1][2][0] == "the folder ran" and not seen["warm"][1][1]  # fresh
