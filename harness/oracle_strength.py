@@ -186,8 +186,8 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
 def _started(report: OracleStrengthReport) -> str:
     warm = sum(e.result.processes_warm for e in report.entries)
     fresh = sum(e.result.processes_fresh for e in report.entries)
-    return (f"{warm} candidate Python processes warm and {fresh} fresh (commands a warm "
-            "interpreter does not run, such as the public test command's shell)")
+    return (f"{warm} of the hidden checks' candidate processes warm and {fresh} fresh (the "
+            "public test command, a shell, always starts fresh and is not counted)")
 
 
 def _containers(n: int) -> str:
