@@ -273,6 +273,10 @@ class _Server:
 
     def close(self) -> None:
         self.closing = True
+        # shutdown, not only close: the reader thread is blocked in recv() on this socket,
+        # which keeps it open (and the server waiting for its EOF) until the recv returns.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
         try:

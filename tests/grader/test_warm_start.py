@@ -321,6 +321,11 @@ def test_a_warm_process_cannot_reach_the_server(tmp_path: Path, warm: None) -> N
     res = run_command([sys.executable, str(attack)], attack.parent,
                       {"PATH": os.environ["PATH"]}, 60, tmp_path / "b.log")
     assert warm_started(tmp_path / "b.log") and res.exit_code == 0, (tmp_path / "b.log").read_text()
+    # At the judge's exit the server sees the socket close and ends on its own (it was once
+    # left waiting, then killed after a timeout, at the end of every grade).
+    servers = list(warm_start._servers.values())
+    warm_start._close_servers()
+    assert servers and [s.proc.returncode for s in servers] == [0] * len(servers)
 
 
 def test_two_warm_ranks_train_together(tmp_path: Path, warm: None) -> None:
