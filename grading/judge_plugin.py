@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from grading import sealed
 from grading.probe import CandidateRunFailed
 from grading.sealed import SealError
 
 OUTCOME_PROPERTY = "grading_outcome"
-FLAGS_VAR = "GRADING_JUDGE_FLAGS"
+FLAGS_VAR = sealed.JUDGE_FLAGS_VAR
 _GUARDED_VARS = ("GRADING_WORKDIR", "GRADING_PROBES", "GRADING_CANDIDATE_AREA")
 
 
@@ -57,19 +58,13 @@ def contamination() -> list[str]:
     return found
 
 
-def _flag(message: str) -> None:
-    if path := os.environ.get(FLAGS_VAR):
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(message.replace("\n", " ") + "\n")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     outcome = yield
     found = contamination()
     if found:
         message = f"grader defect: the judge imported candidate code: {'; '.join(found[:5])}"
-        _flag(f"{item.nodeid}: {message}")
+        sealed.flag_grader_defect(f"{item.nodeid}: {message}")
         outcome.force_exception(JudgeContaminated(message))
 
 
@@ -81,5 +76,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         item.user_properties.append((OUTCOME_PROPERTY, error.outcome))
     elif isinstance(error, SealError):
         # The boundary itself failed (a candidate process that would not die): no verdict.
-        _flag(f"{item.nodeid}: grader defect: {error}")
+        sealed.flag_grader_defect(f"{item.nodeid}: grader defect: {error}")
     yield

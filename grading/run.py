@@ -228,7 +228,7 @@ def run_command(
     pass False. ``reap_candidate=False`` leaves other candidate processes alone: a launcher
     whose ranks run side by side reaps once, after the last rank.
     """
-    identity = sealed.popen_identity() if as_candidate else sealed.PopenIdentity()
+    identity = sealed.popen_identity() if as_candidate else None
     run_id = str(uuid.uuid4())
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     child_env = dict(env)
@@ -255,7 +255,7 @@ def run_command(
 
     read_fd, write_fd = os.pipe()
     try:
-        proc = _start(argv, cwd, child_env, write_fd, identity if as_candidate else None)
+        proc = _start(argv, cwd, child_env, write_fd, identity)
     except BaseException:
         os.close(read_fd)
         os.close(write_fd)

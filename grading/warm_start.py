@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grading import sealed
+
 WARM_START_VAR = "GRADING_WARM_START"
 # Read when a process starts a run, not when it imports: a server serves every value.
 PER_RUN_VARS = frozenset({
@@ -227,7 +229,7 @@ class _Server:
             pending = [c for c in self.children.values() if not c.exited()]
         self.ready.set()  # wakes a start() waiting for a server that never came up
         if not self.closing:
-            _flag_defect(f"the warm-start server died; see {self.log}")
+            sealed.flag_grader_defect(f"the warm-start server died; see {self.log}")
         for child in pending:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(child.pid, signal.SIGKILL)
@@ -238,8 +240,8 @@ class _Server:
               identity: Mapping[str, Any]) -> WarmProcess | None:
         if not self.ready.wait(READY_TIMEOUT_S):
             # Alive but never ready: stop it (the reader thread then marks it dead).
-            _flag_defect(f"the warm-start server was not ready after {READY_TIMEOUT_S:g} s; "
-                         f"see {self.log}")
+            sealed.flag_grader_defect(
+                f"the warm-start server was not ready after {READY_TIMEOUT_S:g} s; see {self.log}")
             self.proc.kill()
             return None
         if self.dead:
@@ -324,14 +326,6 @@ def _close_servers() -> None:
     if os.path.isabs(target) and any(_tally.values()):
         with contextlib.suppress(OSError), open(target, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(_tally) + "\n")
-
-
-def _flag_defect(message: str) -> None:
-    # A server that dies is the grader's failure, never the candidate's: the judge's flag file
-    # (grading.judge_plugin) turns the grade into a grader error.
-    if path := os.environ.get("GRADING_JUDGE_FLAGS"):
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(message.replace("\n", " ") + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
