@@ -81,7 +81,13 @@ EOF
 }
 
 alive() {  # a daemon by its PID file (procps' pgrep is not on a minimal Debian)
-  [ -f "$ROOT/run/$1.pid" ] && kill -0 "$(cat "$ROOT/run/$1.pid")" 2>/dev/null
+  # The PID file outlives its daemon when the machine's processes are killed without a
+  # `stop` (a restored or recycled CI machine): its number may by then belong to another
+  # process, so the process must also be the daemon, by name.
+  local pid
+  [ -f "$ROOT/run/$1.pid" ] || return 1
+  pid=$(cat "$ROOT/run/$1.pid")
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]
 }
 
 running() {
@@ -122,7 +128,7 @@ start() {
 
 stop() {
   for daemon in slurmd slurmctld; do
-    if [ -f "$ROOT/run/$daemon.pid" ]; then
+    if alive "$daemon"; then  # never signal a stranger that inherited a stale PID
       pid=$(cat "$ROOT/run/$daemon.pid")
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
