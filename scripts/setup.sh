@@ -21,6 +21,15 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
   echo "setup: starting dockerd (log: /var/log/harness-dockerd.log)"
+  # PID files left by daemons killed without a shutdown (a restored CI machine) may name a
+  # number another process now holds; dockerd then refuses to start ("pid file found") and
+  # its containerd supervisor waits on a stranger. Drop any that does not name its daemon.
+  for pidfile in /var/run/docker.pid:dockerd /var/run/docker/containerd/containerd.pid:containerd; do
+    file=${pidfile%%:*} name=${pidfile##*:}
+    if [ -f "$file" ] && [ "$(cat "/proc/$(cat "$file")/comm" 2>/dev/null)" != "$name" ]; then
+      rm -f "$file"
+    fi
+  done
   nohup dockerd >/var/log/harness-dockerd.log 2>&1 &
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   if ! docker info >/dev/null 2>&1; then
