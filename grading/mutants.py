@@ -105,6 +105,9 @@ class MutantResult(BaseModel):
     # gave this result.
     processes_warm: int = 0
     processes_fresh: int = 0
+    # Of processes_warm: forked from a server started before any check asked for it (the
+    # previous grade of the same worker used it: grading.warm_start.prestart).
+    processes_warm_early: int = 0
 
 
 class MutantSpec(BaseModel):
@@ -244,7 +247,22 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         public_tests=True if selection is None else selection.public,
         public_tests_last=selection is not None and selection.public_last,
         trace_each_hidden_test=reference,
-        warm_start=not reference and not args.cold_start)
+        warm_start=not reference and not args.cold_start,
+        warm_start_memory=None if reference else _warm_memory(args))
+
+
+def _warm_memory(args: argparse.Namespace) -> Path | None:
+    """The file (``grading.warm_start.prestart``) in ``--warm-memory-dir``, a folder only this
+    uid may reach: root-owned environments that root processes start with are never written
+    where the candidate could change them. None (no prestart) when the folder is not ours."""
+    folder: Path | None = args.warm_memory_dir
+    if folder is None or args.cold_start:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.getuid():
+        return None
+    folder.chmod(0o700)
+    return folder / "servers.json"
 
 
 def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
@@ -257,9 +275,10 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
                             _fresh(scratch / "out"), work,
                             selection=selection, test_timeout_s=test_timeout))
     spent.append(time.monotonic() - m0)
-    warm, fresh = read_tally(Layout(work).warm_tally)
+    tally = read_tally(Layout(work).warm_tally)
     return classify(mutant_id, graded.contracts, graded.diff.applied).model_copy(
-        update={"processes_warm": warm, "processes_fresh": fresh})
+        update={"processes_warm": tally.warm, "processes_fresh": tally.fresh,
+                "processes_warm_early": tally.early})
 
 
 def _confirm(result: MutantResult, ran: Selection,
@@ -453,6 +472,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
+    p.add_argument("--warm-memory-dir", type=Path, default=None,
+                   help="a folder kept between this worker's grading.mutants runs: the warm "
+                        "servers one mutant's grade used are started early by the next's")
     p.add_argument("--cold-start", action="store_true",
                    help="start every candidate process of a mutant's grade as a fresh "
                         "interpreter (default: forked from a warm server, grading.warm_start)")

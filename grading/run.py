@@ -191,7 +191,7 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
     ``grading.warm_start``), else a fresh ``Popen``."""
     if identity is not None and warm_start.enabled():
         warm = warm_start.start(argv, cwd, env, out_fd, identity)
-        warm_start.count(warm is not None)
+        warm_start.count(warm)
         if warm is not None:
             return warm
     popen = subprocess.Popen(
@@ -247,6 +247,7 @@ def run_command(
         # Only the judge's pytest (which starts the candidate's processes) is told; the
         # candidate's processes start nothing warm.
         child_env.pop(warm_start.WARM_START_VAR, None)
+        child_env.pop(warm_start.MEMORY_VAR, None)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shown = cmd if isinstance(cmd, str) else " ".join(argv)

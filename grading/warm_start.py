@@ -47,16 +47,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from grading import sealed
 
 WARM_START_VAR = "GRADING_WARM_START"
+# The judge's: a file (in a folder only root can reach) naming the servers the previous grade
+# used, which this judge starts before any check asks (see :func:`prestart`).
+MEMORY_VAR = "GRADING_WARM_MEMORY"
 # Read when a process starts a run, not when it imports: a server serves every value.
 PER_RUN_VARS = frozenset({
     "GRADING_RUN_ID", "HOME", "TMPDIR", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
-    "GLOO_SOCKET_IFNAME", WARM_START_VAR,
+    "GLOO_SOCKET_IFNAME", WARM_START_VAR, MEMORY_VAR,
 })
 # The coverage hook (grading.trace) acts at interpreter start: such a process is never warm.
 COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
@@ -64,6 +67,8 @@ COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint",
            "torch.distributed.fsdp", "torch.nn.parallel", "torch.optim")
 MAX_SERVERS = 3
+# Bounds what prestart reads back (a few environments of a few KiB each).
+_MAX_MEMORY_BYTES = 1 << 20
 # Imports take 3-10 s on a loaded 2-core host; well below a hidden check's own limit (>= 60 s),
 # so a server that never comes up costs a check time, never its verdict.
 READY_TIMEOUT_S = 45.0
@@ -105,27 +110,36 @@ def enabled() -> bool:
     return bool(os.environ.get(WARM_START_VAR))
 
 
-# Candidate processes this judge process started warm and fresh (written at its exit to the
-# file WARM_START_VAR names, as evidence of what a grade ran).
-_tally = {"warm": 0, "fresh": 0}
+# Candidate processes this judge process started warm (``early``: of those, forked from a
+# server started before any check asked, :func:`prestart`) and fresh; written at its exit to
+# the file WARM_START_VAR names, as evidence of what a grade ran.
+_tally = {"warm": 0, "early": 0, "fresh": 0}
 
 
-def count(warm: bool) -> None:
-    _tally["warm" if warm else "fresh"] += 1
+def count(child: WarmProcess | None) -> None:
+    _tally["warm" if child is not None else "fresh"] += 1
+    _tally["early"] += child is not None and child.server.prestarted
 
 
-def read_tally(path: Path) -> tuple[int, int]:
-    """(warm, fresh) summed over the judge processes that wrote to ``path``."""
-    warm = fresh = 0
+class Tally(NamedTuple):
+    warm: int = 0
+    early: int = 0
+    fresh: int = 0
+
+
+def read_tally(path: Path) -> Tally:
+    """The counts summed over the judge processes that wrote to ``path``."""
+    total = Tally()
     try:
         lines = path.read_text().splitlines()
     except OSError:
-        return 0, 0
+        return total
     for line in lines:
         with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             counts = json.loads(line)
-            warm, fresh = warm + int(counts["warm"]), fresh + int(counts["fresh"])
-    return warm, fresh
+            total = Tally(*(a + int(counts.get(k, 0))
+                            for a, k in zip(total, Tally._fields, strict=True)))
+    return total
 
 
 def _identity_env(env: Mapping[str, str]) -> dict[str, str] | None:
@@ -167,8 +181,12 @@ class WarmProcess:
 
 
 class _Server:
-    def __init__(self, identity: dict[str, str]) -> None:
+    def __init__(self, identity: dict[str, str], *, prestarted: bool = False) -> None:
         self.identity = identity
+        self.prestarted = prestarted
+        # Some candidate process of this judge's was sent to it (the next grade's judge starts
+        # it early; a server never asked for has no children and may be discarded).
+        self.asked = False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = ours
         self.lock = threading.Lock()
@@ -275,6 +293,9 @@ class _Server:
 
     def close(self) -> None:
         self.closing = True
+        if not self.asked:
+            # Nothing forked from it: no need to wait for its imports to end before it exits.
+            self.proc.kill()
         # shutdown, not only close: the reader thread is blocked in recv() on this socket,
         # which keeps it open (and the server waiting for its EOF) until the recv returns.
         with contextlib.suppress(OSError):
@@ -291,18 +312,73 @@ _servers: dict[str, _Server] = {}
 _servers_lock = threading.Lock()
 
 
-def _server_for(env: Mapping[str, str]) -> _Server | None:
+def _server_for(env: Mapping[str, str], *, prestart: bool = False) -> _Server | None:
     identity = _identity_env(env)
     if identity is None:
         return None
     key = json.dumps(identity, sort_keys=True)
+    stale = None
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
             if len(_servers) >= MAX_SERVERS:
-                return None
-            server = _servers[key] = _Server(identity)
-        return server
+                # A server started early for what the last grade used and not asked for by
+                # this one gives its place to one that is.
+                stale_key = next((k for k, s in _servers.items()
+                                  if s.prestarted and not s.asked), None)
+                if prestart or stale_key is None:
+                    return None
+                stale = _servers.pop(stale_key)
+            server = _servers[key] = _Server(identity, prestarted=prestart)
+        # Under the lock: a server handed to a request is never discarded as stale.
+        server.asked = server.asked or not prestart
+    if stale is not None:
+        stale.close()
+    return server
+
+
+def prestart() -> int:
+    """Start, before any check asks, the servers the previous grade of this worker used.
+
+    Why: a server is otherwise started by the first candidate process that needs it, which
+    then waits for its imports (3-10 s); a mutant killed by its first short check paid that on
+    top of the judge's own start-up. The previous grade's judge wrote the identities of the
+    servers it forked children from to the file :data:`MEMORY_VAR` names (every grade of one
+    task's mutants builds the same environments); started now, their imports overlap the
+    judge's. One this grade never asks for costs only its imports, and gives its place to a
+    server that is asked for. Returns how many were started."""
+    path = os.environ.get(MEMORY_VAR, "")
+    if not enabled() or not os.path.isabs(path):
+        return 0
+    return sum(_server_for(identity, prestart=True) is not None
+               for identity in _remembered(Path(path)))
+
+
+def _remembered(path: Path) -> list[dict[str, str]]:
+    """The identities in the memory file; anything else in it (a cut write, a bad entry) is
+    ignored: the file only makes starts earlier, never changes what a child runs with."""
+    try:
+        with open(path, "rb") as fh:
+            raw = json.loads(fh.read(_MAX_MEMORY_BYTES + 1)[:_MAX_MEMORY_BYTES])
+    except (OSError, ValueError):
+        return []
+    if not isinstance(raw, list):
+        return []
+    return [entry for entry in raw[:MAX_SERVERS]
+            if isinstance(entry, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items())]
+
+
+def _remember(path: str, identities: list[dict[str, str]]) -> None:
+    """Write the memory file for the next grade (atomically: a judge killed mid-write leaves
+    the previous file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(OSError):
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(identities, fh)
+        os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
 
 
 def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
@@ -319,9 +395,17 @@ def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
 @atexit.register
 def _close_servers() -> None:
     with _servers_lock:
+        # Only servers that came up and stayed: one that died is not started again early.
+        used = [server.identity for server in _servers.values()
+                if server.asked and server.ready.is_set() and not server.dead]
         for server in _servers.values():
             server.close()
         _servers.clear()
+    memory = os.environ.get(MEMORY_VAR, "")
+    # A grade that started nothing warm (a kill by the public tests, say) keeps what the last
+    # one learned.
+    if used and os.path.isabs(memory):
+        _remember(memory, used)
     target = os.environ.get(WARM_START_VAR, "")
     if os.path.isabs(target) and any(_tally.values()):
         with contextlib.suppress(OSError), open(target, "a", encoding="utf-8") as fh:

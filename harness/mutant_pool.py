@@ -68,7 +68,9 @@ class MutantInputs:
                 "--packet", f"{INPUT_DIR}/packet.yaml", "--hidden", f"{INPUT_DIR}/hidden",
                 "--reference-diff", f"{INPUT_DIR}/reference.diff", "--out", out,
                 "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", self.hidden_sha256,
-                *([] if self.warm_start else ["--cold-start"]), *extra]
+                # Outside --work (removed after each run): kept for the worker's next mutant.
+                *(["--warm-memory-dir", f"{WORK_DIR}/warm-start"] if self.warm_start
+                  else ["--cold-start"]), *extra]
 
     def bound(self, raw: bytes, what: str) -> MutantsReport:
         """``raw`` parsed, and refused unless it names this run's grading code and hidden

@@ -431,3 +431,49 @@ def test_relative_python_paths_and_a_folder_script_as_the_interpreter_has_them(
         (code, lines) for code, _, lines in seen["cold"]], json.dumps(seen, indent=1)
     assert seen["warm"][0][0] == 0 and seen["warm"][0][1]  # the script started warm
     assert seen["warm"][1][2][0] == "the folder ran" and not seen["warm"][1][1]  # fresh
+
+
+def test_the_next_grade_starts_the_servers_the_last_one_used_before_it_asks(
+        tmp_path: Path, warm: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What one judge's candidate processes were forked from is started by the next judge
+    before any check asks (grading.warm_start.prestart); a remembered server nobody asks for
+    gives its place to one that is asked for, and is not remembered again."""
+    memory = tmp_path / "servers.json"
+    monkeypatch.setenv(warm_start.MEMORY_VAR, str(memory))
+    hello = script("hello.py", "print('hello')\n")
+
+    def hello_run(name: str, **env: str) -> bool:
+        res = run_command([sys.executable, str(hello)], hello.parent, base_env(**env), 120,
+                          tmp_path / f"{name}.log")
+        assert res.exit_code == 0 and "hello" in (tmp_path / f"{name}.log").read_text()
+        return warm_started(tmp_path / f"{name}.log")
+
+    assert warm_start.prestart() == 0  # the worker's first grade: nothing remembered
+    assert hello_run("first")
+    warm_start._close_servers()  # what the judge does at its exit
+    remembered = json.loads(memory.read_text())
+    assert len(remembered) == 1 and "GRADING_RUN_ID" not in remembered[0]
+
+    # The next judge: its server is up before the first candidate process asks.
+    assert warm_start.prestart() == 1
+    (server,) = warm_start._servers.values()
+    assert server.prestarted and not server.asked
+    assert server.ready.wait(warm_start.READY_TIMEOUT_S)
+    assert hello_run("second")
+    assert list(warm_start._servers.values()) == [server] and server.asked
+    warm_start._close_servers()
+    assert json.loads(memory.read_text()) == remembered
+
+    # Remembered servers nobody asks for: at the limit, one gives its place to a new one.
+    others = [dict(remembered[0], OTHER=str(n)) for n in range(warm_start.MAX_SERVERS)]
+    memory.write_text(json.dumps(others))
+    assert warm_start.prestart() == warm_start.MAX_SERVERS
+    assert hello_run("third")
+    servers = list(warm_start._servers.values())
+    assert len(servers) == warm_start.MAX_SERVERS
+    assert [s.asked for s in servers] == [False] * (warm_start.MAX_SERVERS - 1) + [True]
+    started = time.monotonic()
+    warm_start._close_servers()
+    # Servers never asked are killed, not waited for; only the one asked is remembered.
+    assert time.monotonic() - started < 20
+    assert json.loads(memory.read_text()) == remembered

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from grading import warm_start
 
@@ -47,3 +48,33 @@ def test_a_tally_is_summed_and_damaged_lines_are_skipped(tmp_path: Path) -> None
     tally.write_text('{"warm": 3, "fresh": 1}\nnot json\n{"warm": 2}\n[1]\n'
                      '{"warm": 4, "fresh": 0}\n')
     assert warm_start.read_tally(tally) == (7, 1)
+
+
+def test_the_memory_of_used_servers_is_read_back_bounded_and_whole(tmp_path: Path) -> None:
+    memory = tmp_path / "servers.json"
+    assert warm_start._remembered(memory) == []  # the first grade of a worker: nothing yet
+    used = [{"PATH": "/bin", "A": "1"}, {"PATH": "/bin", "A": "2"}]
+    warm_start._remember(str(memory), used)
+    assert warm_start._remembered(memory) == used
+    assert [p.name for p in tmp_path.iterdir()] == ["servers.json"]  # no temp file left
+    # A cut write, the wrong shape, a non-text value: nothing, or only the well-formed entries.
+    for text in ('[{"PATH": "/b', '{"PATH": "/bin"}', '"x"'):
+        memory.write_text(text)
+        assert warm_start._remembered(memory) == [], text
+    memory.write_text('[{"PATH": 1}, {"PATH": "/bin"}, ["x"]]')
+    assert warm_start._remembered(memory) == [{"PATH": "/bin"}]
+    # Never more than there may be servers, however long the file.
+    warm_start._remember(str(memory), [{"N": str(n)} for n in range(10)])
+    assert len(warm_start._remembered(memory)) == warm_start.MAX_SERVERS
+
+
+def test_prestart_needs_warm_starts_and_an_absolute_memory(tmp_path: Path,
+                                                            monkeypatch: Any) -> None:
+    memory = tmp_path / "servers.json"
+    warm_start._remember(str(memory), [{"PATH": "/bin"}])
+    monkeypatch.delenv(warm_start.WARM_START_VAR, raising=False)
+    monkeypatch.setenv(warm_start.MEMORY_VAR, str(memory))
+    assert warm_start.prestart() == 0 and warm_start._servers == {}
+    monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
+    monkeypatch.setenv(warm_start.MEMORY_VAR, "servers.json")
+    assert warm_start.prestart() == 0 and warm_start._servers == {}
