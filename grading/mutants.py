@@ -46,7 +46,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from grading import sealed, trace
+from grading import sealed, trace, warm_judge
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.hidden import BUDGET_RAN_OUT, collected_ids, remember_collection
@@ -108,6 +108,9 @@ class MutantResult(BaseModel):
     # Of processes_warm: forked from a server started before any check asked for it (the
     # previous grade of the same worker used it: grading.warm_start.prestart).
     processes_warm_early: int = 0
+    # Judge processes (the hidden checks' pytest) of this result's grades forked from the
+    # worker's warm judge daemon (grading.warm_judge) rather than started fresh.
+    judges_warm: int = 0
 
 
 class MutantSpec(BaseModel):
@@ -271,14 +274,20 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     """One grade of the mutant with these contracts, its time added to ``spent``."""
     m0 = time.monotonic()
     work = _fresh(scratch / "work")
+    judges = warm_judge.started()
     graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
                             _fresh(scratch / "out"), work,
                             selection=selection, test_timeout_s=test_timeout))
     spent.append(time.monotonic() - m0)
+    if why := warm_judge.failure():
+        # Its judge was killed with the session: the checks it left read as crashes, which
+        # would count as a kill.
+        raise GraderError(f"{mutant_id}: {why}; grade it again (or with --cold-start)")
     tally = read_tally(Layout(work).warm_tally)
     return classify(mutant_id, graded.contracts, graded.diff.applied).model_copy(
         update={"processes_warm": tally.warm, "processes_fresh": tally.fresh,
-                "processes_warm_early": tally.early})
+                "processes_warm_early": tally.early,
+                "judges_warm": warm_judge.started() - judges})
 
 
 def _confirm(result: MutantResult, ran: Selection,
@@ -372,6 +381,9 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
                             for check, files in header.coverage.items()}, durations)
     if header.collected:
         remember_collection(args.hidden / "checks", header.collected)
+    # Mutant grades only: their judges fork from the worker's warm judge daemon.
+    memory = _warm_memory(args)
+    warm_judge.configure(None if memory is None else memory.parent)
     # Without coverage (a tracer that wrote nothing), every contract runs, cheapest first.
     every = Selection(public=True, hidden=tuple(sorted(durations, key=lambda c: durations[c])))
     results = []

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from grading import sealed, warm_start
+from grading import sealed, warm_judge, warm_start
 
 MARKER_VAR = "GRADING_RUN_ID"
 DEFAULT_MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -194,6 +194,8 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
         warm_start.count(warm)
         if warm is not None:
             return warm
+    elif identity is None and (judge := warm_judge.start(argv, cwd, env, out_fd)) is not None:
+        return judge
     popen = subprocess.Popen(
         argv,
         cwd=cwd,

@@ -180,15 +180,23 @@ class WarmProcess:
         return self.returncode
 
 
+def server_env(identity: Mapping[str, str]) -> dict[str, str]:
+    """The environment a server starts with: ``identity``, and a HOME with no user site (as a
+    candidate process's fresh, empty folder has none)."""
+    return dict(identity, HOME="/nonexistent", TMPDIR=tempfile.gettempdir())
+
+
 class _Server:
-    def __init__(self, identity: dict[str, str], *, prestarted: bool = False) -> None:
+    """The judge's end of one server: its own process (``connected`` None), or a session a
+    daemon forked for this connection (``grading.warm_judge``)."""
+
+    def __init__(self, identity: dict[str, str], *, prestarted: bool = False,
+                 connected: socket.socket | None = None, log: Path | None = None) -> None:
         self.identity = identity
         self.prestarted = prestarted
         # Some candidate process of this judge's was sent to it (the next grade's judge starts
         # it early; a server never asked for has no children and may be discarded).
         self.asked = False
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock = ours
         self.lock = threading.Lock()
         self.children: dict[int, WarmProcess] = {}
         self.replies: dict[int, WarmProcess | None] = {}
@@ -196,19 +204,24 @@ class _Server:
         self.ready = threading.Event()
         self.dead = False
         self.closing = False
+        self.lost_children = False
         self.next_id = 0
-        # The judge's own temp folder (closed to the candidate); the server's log goes there.
-        self.log = Path(tempfile.mkdtemp(prefix="warm-server-")) / "server.log"
-        # A HOME with no user site, as a candidate process's (a fresh, empty folder) has none.
-        env = dict(identity, HOME="/nonexistent", TMPDIR=tempfile.gettempdir())
-        with open(self.log, "wb") as log:
-            # Its own session: a signal to the judge's group does not reach it; it exits when
-            # the judge's end of the socket closes.
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grading.warm_start", str(theirs.fileno())],
-                cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                pass_fds=[theirs.fileno()], start_new_session=True)
-        theirs.close()
+        self.proc: subprocess.Popen[bytes] | None = None
+        if connected is not None:
+            self.sock = connected
+            self.log = log or Path("/dev/null")
+        else:
+            self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            # The judge's own temp folder (closed to the candidate); the server's log goes there.
+            self.log = Path(tempfile.mkdtemp(prefix="warm-server-")) / "server.log"
+            with open(self.log, "wb") as fh:
+                # Its own session: a signal to the judge's group does not reach it; it exits
+                # when the judge's end of the socket closes.
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "grading.warm_start", str(theirs.fileno())],
+                    cwd="/", env=server_env(identity), stdin=subprocess.DEVNULL, stdout=fh,
+                    stderr=fh, pass_fds=[theirs.fileno()], start_new_session=True)
+            theirs.close()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -245,6 +258,8 @@ class _Server:
             self.dead = True
             self.reply_ready.notify_all()
             pending = [c for c in self.children.values() if not c.exited()]
+            # A child still running when its server went: its result is void.
+            self.lost_children = self.lost_children or bool(pending)
         self.ready.set()  # wakes a start() waiting for a server that never came up
         if not self.closing:
             sealed.flag_grader_defect(f"the warm-start server died; see {self.log}")
@@ -260,7 +275,7 @@ class _Server:
             # Alive but never ready: stop it (the reader thread then marks it dead).
             sealed.flag_grader_defect(
                 f"the warm-start server was not ready after {READY_TIMEOUT_S:g} s; see {self.log}")
-            self.proc.kill()
+            self._stop()
             return None
         if self.dead:
             return None
@@ -268,6 +283,7 @@ class _Server:
             "kind": entry.kind, "target": entry.target, "args": list(entry.args),
             "unbuffered": entry.unbuffered, "cwd": str(cwd), "env": dict(env),
             "uid": identity["user"], "gid": identity["group"], "umask": identity["umask"],
+            "groups": list(identity.get("extra_groups", [])),
         }
         with self.reply_ready:
             self.next_id += 1
@@ -295,17 +311,28 @@ class _Server:
         self.closing = True
         if not self.asked:
             # Nothing forked from it: no need to wait for its imports to end before it exits.
-            self.proc.kill()
+            self._stop()
         # shutdown, not only close: the reader thread is blocked in recv() on this socket,
         # which keeps it open (and the server waiting for its EOF) until the recv returns.
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+    def _stop(self) -> None:
+        """End it now (the reader thread then marks it dead): its process, or the session, by
+        closing this end (the daemon's session then kills what it forked)."""
+        if self.proc is not None:
+            self.proc.kill()
+        else:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
 
 
 _servers: dict[str, _Server] = {}
@@ -449,9 +476,9 @@ def _shadowed(msg: dict[str, Any]) -> list[str]:
     return found
 
 
-def _serve(fd: int) -> None:
+def _serve(fd: int, preload: Sequence[str] = PRELOAD) -> None:
     sock = socket.socket(fileno=fd)
-    for name in PRELOAD:
+    for name in preload:
         __import__(name)
     # Forking is safe only from a single-threaded process (and torch must not have started its
     # thread pools: nothing here runs an op).
@@ -668,7 +695,7 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
                 with contextlib.suppress(OSError):
                     os.close(int(name))
         os.chdir(msg["cwd"])
-        os.setgroups([])
+        os.setgroups(msg.get("groups", []))
         os.setresgid(msg["gid"], msg["gid"], msg["gid"])
         os.setresuid(msg["uid"], msg["uid"], msg["uid"])
         os.umask(msg["umask"])
