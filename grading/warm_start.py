@@ -137,8 +137,11 @@ def read_tally(path: Path) -> Tally:
     for line in lines:
         with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             counts = json.loads(line)
-            total = Tally(*(a + int(counts.get(k, 0))
-                            for a, k in zip(total, Tally._fields, strict=True)))
+            # "early" came later: a line without it counts none; one without the others is
+            # damaged.
+            line_tally = Tally(warm=int(counts["warm"]), early=int(counts.get("early", 0)),
+                               fresh=int(counts["fresh"]))
+            total = Tally(*(a + b for a, b in zip(total, line_tally, strict=True)))
     return total
 
 

@@ -44,10 +44,10 @@ def test_python_path_entries_and_switches_read_as_the_interpreter_reads_them() -
 
 def test_a_tally_is_summed_and_damaged_lines_are_skipped(tmp_path: Path) -> None:
     tally = tmp_path / "warm.jsonl"
-    assert warm_start.read_tally(tally) == (0, 0)
+    assert warm_start.read_tally(tally) == (0, 0, 0)
     tally.write_text('{"warm": 3, "fresh": 1}\nnot json\n{"warm": 2}\n[1]\n'
-                     '{"warm": 4, "fresh": 0}\n')
-    assert warm_start.read_tally(tally) == (7, 1)
+                     '{"warm": 4, "early": 2, "fresh": 0}\n')
+    assert warm_start.read_tally(tally) == warm_start.Tally(warm=7, early=2, fresh=1)
 
 
 def test_the_memory_of_used_servers_is_read_back_bounded_and_whole(tmp_path: Path) -> None:
