@@ -2,8 +2,8 @@
 
 Why: every grade of a mutant runs the hidden checks in a new judge process (``python -m
 pytest``), and before its first check runs, that process spends 3-5 s importing pytest, torch
-and what the checks' conftest imports (``torch._dynamo`` and the export serialiser, for
-hybrid-arch's); a mutant killed by its first, short check took 9-12 s in all. Mutation analysis
+and what the checks' conftest imports; a mutant killed by its first, short check took 9-12 s
+in all. Mutation analysis
 grades each mutant in its own ``grading.mutants`` process (``harness.mutant_pool``), so the
 judge's imports cannot be kept in that process.
 
@@ -45,13 +45,15 @@ from pathlib import Path
 from grading import warm_start
 
 # What a judge imports before its first check (measured with -X importtime: pytest, torch,
-# torch._dynamo through the export serialiser, DCP, torch.func), and the grader's own modules
-# the checks use. Not the judge plugin: pytest could not rewrite the asserts of a ``-p`` plugin
-# imported before it starts (and would warn so).
+# DCP, torch.func), and the grader's own modules the checks use. Not the judge plugin: pytest
+# could not rewrite the asserts of a ``-p`` plugin imported before it starts (and would warn).
+# Not torch._dynamo (nor the export serialiser, which imports it): its first import sets
+# TORCHINDUCTOR_CACHE_DIR in the importing process's environment, which a fresh judge's checks
+# must guard against (hidden checks' kept_environment) and a warm one would never see.
 PRELOAD = (
-    "pytest", "_pytest.junitxml", "_pytest.python", "torch", "torch._dynamo", "torch.func",
-    "torch.distributed", "torch.distributed.checkpoint", "torch._export.serde.serialize",
-    "grading.launch", "grading.probe", "grading.compare",
+    "pytest", "_pytest.junitxml", "_pytest.python", "torch", "torch.func", "torch.optim",
+    "torch.distributed", "torch.distributed.checkpoint", "grading.launch", "grading.probe",
+    "grading.compare",
 )
 MAX_SESSIONS = 2
 # A daemon nobody connected to for this long exits (a worker grades a mutant every few seconds).
@@ -146,13 +148,17 @@ def _connect_or_spawn(path: Path, identity: dict[str, str]) -> socket.socket | N
         sock = _connect(path)
         if sock is not None:
             return sock
+        # Its temp folder is inside this root-only one, not the container's shared /tmp.
+        tmp = path.parent / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
         with open(path.with_suffix(".log"), "ab") as log:
             # Its own session, and no descriptor of this process's: it outlives this process
             # (the next mutant's grade connects to it) and is no part of any run's group.
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "grading.warm_judge", str(path), *PRELOAD], cwd="/",
-                env=warm_start.server_env(identity), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=log, start_new_session=True, close_fds=True)
+                env=dict(warm_start.server_env(identity), TMPDIR=str(tmp)),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                close_fds=True)
         deadline = time.monotonic() + warm_start.READY_TIMEOUT_S
         while time.monotonic() < deadline and daemon.poll() is None:
             sock = _connect(path)
@@ -161,6 +167,7 @@ def _connect_or_spawn(path: Path, identity: dict[str, str]) -> socket.socket | N
             time.sleep(0.05)
         with contextlib.suppress(OSError):
             daemon.kill()
+        daemon.wait()
         return None
 
 
@@ -194,33 +201,32 @@ def _daemon(path: str, preload: Sequence[str]) -> None:
     last_used = time.monotonic()
     while True:
         ready, _, _ = select.select([listener], [], [], 1.0)
+        if ready:  # before any exit: a client that connected is served
+            conn, _ = listener.accept()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                # Serves this connection until it closes; a judge forked from here leaves by
+                # SystemExit, which must reach the interpreter's top (its exit code): no
+                # handler between here and there.
+                warm_start._serve(conn.detach(), ())
+                raise SystemExit(0)
+            conn.close()
+            sessions.add(pid)
         for pid in list(sessions):
             if os.waitpid(pid, os.WNOHANG)[0]:
                 sessions.discard(pid)
+        if sessions or ready:
+            last_used = time.monotonic()
         try:
             replaced = os.stat(path).st_ino != ours
         except FileNotFoundError:
             replaced = True
-        if sessions:
-            last_used = time.monotonic()
-        if replaced or (not sessions and time.monotonic() - last_used > IDLE_EXIT_S):
-            if not replaced:
-                os.unlink(path)
+        if replaced:
+            return  # another daemon took the path: its clients are its own
+        if not sessions and time.monotonic() - last_used > IDLE_EXIT_S:
+            os.unlink(path)
             return
-        if not ready:
-            continue
-        conn, _ = listener.accept()
-        pid = os.fork()
-        if pid == 0:
-            listener.close()
-            # Serves this connection until it closes; a judge forked from here leaves by
-            # SystemExit, which must reach the interpreter's top (its exit code): no handler
-            # between here and there.
-            warm_start._serve(conn.detach(), ())
-            raise SystemExit(0)
-        conn.close()
-        sessions.add(pid)
-        last_used = time.monotonic()
 
 
 if __name__ == "__main__":

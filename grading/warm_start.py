@@ -208,6 +208,9 @@ class _Server:
         self.dead = False
         self.closing = False
         self.lost_children = False
+        # Requests sent and not answered yet: each may have forked a child the judge never
+        # heard of.
+        self.outstanding: set[int] = set()
         self.next_id = 0
         self.proc: subprocess.Popen[bytes] | None = None
         if connected is not None:
@@ -242,6 +245,7 @@ class _Server:
                         if child is not None:
                             child._set_exit(int(msg["returncode"]))
                     elif "id" in msg:
+                        self.outstanding.discard(int(msg["id"]))
                         # Registered here, before the next message (its exit) is read.
                         if "pid" in msg:
                             child = WarmProcess(self, int(msg["pid"]))
@@ -261,10 +265,12 @@ class _Server:
             self.dead = True
             self.reply_ready.notify_all()
             pending = [c for c in self.children.values() if not c.exited()]
-            # A child still running when its server went: its result is void.
-            self.lost_children = self.lost_children or bool(pending)
+            # A child still running when its server went, or perhaps forked and never
+            # reported: its result is void.
+            self.lost_children = self.lost_children or bool(pending) or bool(self.outstanding)
         self.ready.set()  # wakes a start() waiting for a server that never came up
-        if not self.closing:
+        # One started early that nobody asked for had nothing to do with this grade.
+        if not self.closing and (self.asked or not self.prestarted):
             sealed.flag_grader_defect(f"the warm-start server died; see {self.log}")
         for child in pending:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -294,9 +300,11 @@ class _Server:
             data = json.dumps(request).encode()
             if len(data) > _MAX_REQUEST:
                 return None  # a huge environment: started fresh
+            self.outstanding.add(rid)
             try:
                 socket.send_fds(self.sock, [data], [log_fd])
             except OSError:
+                self.outstanding.discard(rid)
                 return None  # the server is going; the reader thread marks it dead
             while rid not in self.replies and not self.dead:
                 self.reply_ready.wait(1.0)
@@ -538,13 +546,14 @@ def _fork(sock: socket.socket, msg: dict[str, Any], log_fd: int,
     else:
         sys.stdout.flush()
         sys.stderr.flush()
+        server = os.getpid()
         try:
             pid = os.fork()
         except OSError as exc:  # e.g. the pids limit
             why = f"fork failed: {exc}"
         else:
             if pid == 0:
-                _become(msg, log_fd, sock, base_path)  # never returns
+                _become(msg, log_fd, sock, base_path, server)  # never returns
     os.close(log_fd)
     if why is not None:
         _send(sock, {"id": msg["id"], "error": why})
@@ -598,6 +607,19 @@ def _set_dumpable() -> None:
 
     pr_set_dumpable = 4
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 1, 0, 0, 0)
+
+
+def _die_with(server: int) -> None:
+    """SIGKILL when the server goes. A child forked but not yet reported to the judge (the
+    server died in between) is known to nobody: no judge would kill it, and a warm process
+    carries no run marker in its initial environment for the sweep to find. Set after the
+    credentials change (which clears it); the parent may already be gone."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:
+        os._exit(127)
 
 
 _kept_streams: list[Any] = []
@@ -684,7 +706,7 @@ def _print_uncaught(exc: BaseException) -> None:
 
 
 def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
-            base_path: list[str]) -> None:
+            base_path: list[str], server: int) -> None:
     """In the forked child: become the candidate process ``msg`` asks for, run it, exit."""
     try:
         sock.close()
@@ -703,6 +725,7 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
         os.setresuid(msg["uid"], msg["uid"], msg["uid"])
         os.umask(msg["umask"])
         _set_dumpable()
+        _die_with(server)
         env: dict[str, str] = msg["env"]
         os.environ.clear()
         os.environ.update(env)
@@ -713,7 +736,10 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
         _fresh_state(msg["cwd"])
         sys.path[:] = [_first_path_entry(msg), *_pythonpath(env, msg["cwd"]), *base_path]
         main = _main_module(msg)
-    except BaseException:  # the child must never return into the server loop
+    except BaseException as exc:  # the child must never return into the server loop
+        # Said in the run's log (fd 2, if it got that far): the run then reads as a crash.
+        with contextlib.suppress(BaseException):
+            os.write(2, f"[grading] warm start failed in the child: {exc!r}\n".encode())
         os._exit(127)
     try:
         if msg["kind"] == "module":

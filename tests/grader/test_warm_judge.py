@@ -7,9 +7,11 @@ observes about itself and how it ends are compared.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from grading import sealed, warm_judge
+from grading import sealed, warm_judge, warm_start
 from grading.run import run_command
 
 # What each run is asked to do comes from a file, not the environment: the environment (less
@@ -240,3 +242,53 @@ def test_a_session_that_dies_under_its_judge_voids_the_grade(
     warm_judge._sessions.clear()
     res, log = run_judge(tmp_path, "after", "test_fails_when_asked")
     assert warm(log) and res.exit_code == 0
+
+
+def test_a_judge_forked_but_never_reported_dies_and_voids_the_grade(
+        tmp_path: Path, judge_folder: Path) -> None:
+    """A session that dies between forking a judge and telling the client its pid: nobody knows
+    that judge, so the kernel kills it with its parent, and the grade is void."""
+    env = judge_env(tmp_path)
+    # The judge's identity as run_command builds it (the per-run variables left out).
+    identity = warm_start._identity_env({**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    assert identity is not None
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    sock = judge_folder / f"judge-{key}.sock"
+    orphan = tmp_path / "orphan.pid"
+    code = ("import os, signal, sys\n"
+            "from grading import warm_judge, warm_start\n"
+            "send = warm_start._send\n"
+            "def dying_send(sock, msg):\n"
+            "    if 'pid' in msg:\n"
+            "        open(sys.argv[2], 'w').write(str(msg['pid']))\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    send(sock, msg)\n"
+            "warm_start._send = dying_send\n"
+            "warm_judge._daemon(sys.argv[1], ())\n")
+    daemon = subprocess.Popen([sys.executable, "-c", code, str(sock), str(orphan)],
+                              env=warm_start.server_env(identity), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res, log = run_judge(tmp_path, "unreported", "test_fails_when_asked")
+        # The judge ran fresh instead; the forked one is gone, and the grade is void.
+        assert res.exit_code == 0 and not warm(log)
+        assert warm_judge.failure() is not None
+        pid = int(orphan.read_text())
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid)
+    finally:
+        daemon.kill()
+        daemon.wait()
+        warm_judge._sessions.clear()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    except OSError:
+        return False
+    return not status["State"].strip().startswith(("Z", "X"))
