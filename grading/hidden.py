@@ -31,7 +31,7 @@ from grading.probe import PROBES_VAR
 from grading.public import child_env, excerpt_of, read_log_text, run_evidence
 from grading.run import RunResult, Watchdog, run_command, signal_name
 from grading.trace import TRACE_TEST_VAR
-from grading.warm_start import MEMORY_VAR, WARM_START_VAR
+from grading.warm_start import DAEMONS_VAR, WARM_START_VAR
 
 
 @dataclass(frozen=True)
@@ -163,8 +163,8 @@ class _HiddenRunner:
                 # Plugins installed in the image must not change how checks run.
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
                 **({WARM_START_VAR: str(layout.warm_tally)} if opts.warm_start else {}),
-                **({MEMORY_VAR: str(opts.warm_start_memory)}
-                   if opts.warm_start and opts.warm_start_memory is not None else {}),
+                **({DAEMONS_VAR: str(opts.warm_start_daemons)}
+                   if opts.warm_start and opts.warm_start_daemons is not None else {}),
             },
         )
         self.expected = discover_hidden_tests(self.checks)

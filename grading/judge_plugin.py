@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from grading import sealed, warm_start
+from grading import sealed
 from grading.probe import CandidateRunFailed
 from grading.sealed import SealError
 
@@ -56,15 +56,6 @@ def contamination() -> list[str]:
         if isinstance(file, str) and _under(file, roots):
             found.append(f"module {name} from {file}")
     return found
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
-                                  args: list[str]) -> None:
-    # Before the checks' conftest imports torch, so that the warm servers' imports (mutant
-    # grades only) overlap the judge's own; a collection run starts no candidate process.
-    if "--collect-only" not in args:
-        warm_start.prestart()
 
 
 @pytest.hookimpl(hookwrapper=True)

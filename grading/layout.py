@@ -77,9 +77,9 @@ class GradeOptions:
     # imported torch once (``grading.warm_start``); never for a session's grade or the
     # reference's (whose coverage hook must see each interpreter start).
     warm_start: bool = False
-    # With warm_start: a file in a folder only root reaches, carried from one grade to the next
-    # (``grading.warm_start.prestart``): which warm servers to start before any check asks.
-    warm_start_memory: Path | None = None
+    # With warm_start: a folder only root reaches, kept from one grade to the next, where the
+    # worker's daemons listen (``grading.warm_start.connect_daemon``).
+    warm_start_daemons: Path | None = None
 
 
 @dataclass(frozen=True)

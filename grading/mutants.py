@@ -105,9 +105,6 @@ class MutantResult(BaseModel):
     # gave this result.
     processes_warm: int = 0
     processes_fresh: int = 0
-    # Of processes_warm: forked from a server started before any check asked for it (the
-    # previous grade of the same worker used it: grading.warm_start.prestart).
-    processes_warm_early: int = 0
     # Judge processes (the hidden checks' pytest) of this result's grades forked from the
     # worker's warm judge daemon (grading.warm_judge) rather than started fresh.
     judges_warm: int = 0
@@ -251,21 +248,22 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         public_tests_last=selection is not None and selection.public_last,
         trace_each_hidden_test=reference,
         warm_start=not reference and not args.cold_start,
-        warm_start_memory=None if reference else _warm_memory(args))
+        warm_start_daemons=None if reference else _warm_daemons(args))
 
 
-def _warm_memory(args: argparse.Namespace) -> Path | None:
-    """The file (``grading.warm_start.prestart``) in ``--warm-memory-dir``, a folder only this
-    uid may reach: root-owned environments that root processes start with are never written
-    where the candidate could change them. None (no prestart) when the folder is not ours."""
-    folder: Path | None = args.warm_memory_dir
+def _warm_daemons(args: argparse.Namespace) -> Path | None:
+    """``--warm-daemon-dir``, where the worker's daemons listen (``grading.warm_start.
+    connect_daemon``), made a folder only this uid may reach: the candidate must not connect to
+    a root process, nor plant a socket of its own there. None (no daemons) when it is not ours.
+    """
+    folder: Path | None = args.warm_daemon_dir
     if folder is None or args.cold_start:
         return None
     folder.mkdir(parents=True, exist_ok=True)
     if folder.is_symlink() or folder.stat().st_uid != os.getuid():
         return None
     folder.chmod(0o700)
-    return folder / "servers.json"
+    return folder
 
 
 def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
@@ -286,7 +284,6 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     tally = read_tally(Layout(work).warm_tally)
     return classify(mutant_id, graded.contracts, graded.diff.applied).model_copy(
         update={"processes_warm": tally.warm, "processes_fresh": tally.fresh,
-                "processes_warm_early": tally.early,
                 "judges_warm": warm_judge.started() - judges})
 
 
@@ -382,8 +379,7 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     if header.collected:
         remember_collection(args.hidden / "checks", header.collected)
     # Mutant grades only: their judges fork from the worker's warm judge daemon.
-    memory = _warm_memory(args)
-    warm_judge.configure(None if memory is None else memory.parent)
+    warm_judge.configure(_warm_daemons(args))
     # Without coverage (a tracer that wrote nothing), every contract runs, cheapest first.
     every = Selection(public=True, hidden=tuple(sorted(durations, key=lambda c: durations[c])))
     results = []
@@ -484,9 +480,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
-    p.add_argument("--warm-memory-dir", type=Path, default=None,
-                   help="a folder kept between this worker's grading.mutants runs: the warm "
-                        "servers one mutant's grade used are started early by the next's")
+    p.add_argument("--warm-daemon-dir", type=Path, default=None,
+                   help="a folder kept between this worker's grading.mutants runs, where its "
+                        "warm daemons (judge and candidate servers) listen")
     p.add_argument("--cold-start", action="store_true",
                    help="start every candidate process of a mutant's grade as a fresh "
                         "interpreter (default: forked from a warm server, grading.warm_start)")

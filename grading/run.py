@@ -249,7 +249,7 @@ def run_command(
         # Only the judge's pytest (which starts the candidate's processes) is told; the
         # candidate's processes start nothing warm.
         child_env.pop(warm_start.WARM_START_VAR, None)
-        child_env.pop(warm_start.MEMORY_VAR, None)
+        child_env.pop(warm_start.DAEMONS_VAR, None)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shown = cmd if isinstance(cmd, str) else " ".join(argv)

@@ -7,11 +7,13 @@ of trusted mutants of the reference, so ``grading.mutants`` switches this on for
 only (``GradeOptions.warm_start``); a session's grade and the reference's (whose coverage hook
 must see each process start) always start fresh interpreters.
 
-How: the judge starts a *warm server* (``python -m grading.warm_start``): a root process of
-the judge's own, with no candidate code in it, that imports torch and the distributed modules
-and then only forks. For each candidate command whose argv is ``python [-u] script ...`` or
-``python [-u] -m module ...`` on this interpreter, the judge sends the request (argv, folder,
-environment, the write end of the log pipe); the server forks, and the child does what
+How: the judge uses a *warm server*: a root process with no candidate code in it that imported
+torch and the distributed modules and then only forks. In mutation analysis it is a session of
+the worker's daemon (:func:`connect_daemon`: imported once for all the worker's grades);
+otherwise the judge starts one of its own (``python -m grading.warm_start FD``). For each
+candidate command whose argv is ``python [-u] script ...`` or ``python [-u] -m module ...``
+on this interpreter, the judge sends the request (argv, folder, environment, the write end of
+the log pipe); the server forks, and the child does what
 ``subprocess.Popen(user=..., start_new_session=True, close_fds=True)`` and a fresh interpreter
 would do: new session, stdin ``/dev/null``, stdout/stderr to the log, every other descriptor
 closed, the candidate uid (groups dropped, ``umask``), the environment replaced, ``sys.path``,
@@ -35,6 +37,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import select
@@ -44,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,14 +57,14 @@ from typing import Any, NamedTuple
 from grading import sealed
 
 WARM_START_VAR = "GRADING_WARM_START"
-# The judge's: a file (in a folder only root can reach) naming the servers the previous grade
-# used, which this judge starts before any check asks (see :func:`prestart`).
-MEMORY_VAR = "GRADING_WARM_MEMORY"
+# The judge's: the worker's folder (only root reaches it) where per-worker daemons listen
+# (see :func:`connect_daemon`); unset, each judge starts servers of its own.
+DAEMONS_VAR = "GRADING_WARM_DAEMONS"
 # Read when a process starts a run, not when it imports: a server serves every value.
 PER_RUN_VARS = frozenset({
     "GRADING_RUN_ID", "HOME", "TMPDIR", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
-    "GLOO_SOCKET_IFNAME", WARM_START_VAR, MEMORY_VAR,
+    "GLOO_SOCKET_IFNAME", WARM_START_VAR, DAEMONS_VAR,
 })
 # The coverage hook (grading.trace) acts at interpreter start: such a process is never warm.
 COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
@@ -67,8 +72,10 @@ COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint",
            "torch.distributed.fsdp", "torch.nn.parallel", "torch.optim")
 MAX_SERVERS = 3
-# Bounds what prestart reads back (a few environments of a few KiB each).
-_MAX_MEMORY_BYTES = 1 << 20
+# A daemon nobody connected to for this long exits (a worker grades a mutant every few seconds).
+IDLE_EXIT_S = 1800.0
+# The kernel's limit on a Unix socket's path (sun_path), terminator included.
+_MAX_SOCKET_PATH = 107
 # Imports take 3-10 s on a loaded 2-core host; well below a hidden check's own limit (>= 60 s),
 # so a server that never comes up costs a check time, never its verdict.
 READY_TIMEOUT_S = 45.0
@@ -110,20 +117,17 @@ def enabled() -> bool:
     return bool(os.environ.get(WARM_START_VAR))
 
 
-# Candidate processes this judge process started warm (``early``: of those, forked from a
-# server started before any check asked, :func:`prestart`) and fresh; written at its exit to
-# the file WARM_START_VAR names, as evidence of what a grade ran.
-_tally = {"warm": 0, "early": 0, "fresh": 0}
+# Candidate processes this judge process started warm and fresh (written at its exit to the
+# file WARM_START_VAR names, as evidence of what a grade ran).
+_tally = {"warm": 0, "fresh": 0}
 
 
 def count(child: WarmProcess | None) -> None:
     _tally["warm" if child is not None else "fresh"] += 1
-    _tally["early"] += child is not None and child.server.prestarted
 
 
 class Tally(NamedTuple):
     warm: int = 0
-    early: int = 0
     fresh: int = 0
 
 
@@ -137,10 +141,7 @@ def read_tally(path: Path) -> Tally:
     for line in lines:
         with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             counts = json.loads(line)
-            # "early" came later: a line without it counts none; one without the others is
-            # damaged.
-            line_tally = Tally(warm=int(counts["warm"]), early=int(counts.get("early", 0)),
-                               fresh=int(counts["fresh"]))
+            line_tally = Tally(warm=int(counts["warm"]), fresh=int(counts["fresh"]))
             total = Tally(*(a + b for a, b in zip(total, line_tally, strict=True)))
     return total
 
@@ -191,15 +192,11 @@ def server_env(identity: Mapping[str, str]) -> dict[str, str]:
 
 class _Server:
     """The judge's end of one server: its own process (``connected`` None), or a session a
-    daemon forked for this connection (``grading.warm_judge``)."""
+    worker's daemon forked for this connection (:func:`connect_daemon`)."""
 
-    def __init__(self, identity: dict[str, str], *, prestarted: bool = False,
-                 connected: socket.socket | None = None, log: Path | None = None) -> None:
+    def __init__(self, identity: dict[str, str], *, connected: socket.socket | None = None,
+                 log: Path | None = None) -> None:
         self.identity = identity
-        self.prestarted = prestarted
-        # Some candidate process of this judge's was sent to it (the next grade's judge starts
-        # it early; a server never asked for has no children and may be discarded).
-        self.asked = False
         self.lock = threading.Lock()
         self.children: dict[int, WarmProcess] = {}
         self.replies: dict[int, WarmProcess | None] = {}
@@ -269,8 +266,7 @@ class _Server:
             # reported: its result is void.
             self.lost_children = self.lost_children or bool(pending) or bool(self.outstanding)
         self.ready.set()  # wakes a start() waiting for a server that never came up
-        # One started early that nobody asked for had nothing to do with this grade.
-        if not self.closing and (self.asked or not self.prestarted):
+        if not self.closing:
             sealed.flag_grader_defect(f"the warm-start server died; see {self.log}")
         for child in pending:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -320,9 +316,6 @@ class _Server:
 
     def close(self) -> None:
         self.closing = True
-        if not self.asked:
-            # Nothing forked from it: no need to wait for its imports to end before it exits.
-            self._stop()
         # shutdown, not only close: the reader thread is blocked in recv() on this socket,
         # which keeps it open (and the server waiting for its EOF) until the recv returns.
         with contextlib.suppress(OSError):
@@ -350,73 +343,30 @@ _servers: dict[str, _Server] = {}
 _servers_lock = threading.Lock()
 
 
-def _server_for(env: Mapping[str, str], *, prestart: bool = False) -> _Server | None:
+def _server_for(env: Mapping[str, str]) -> _Server | None:
     identity = _identity_env(env)
     if identity is None:
         return None
     key = json.dumps(identity, sort_keys=True)
-    stale = None
     with _servers_lock:
         server = _servers.get(key)
         if server is None:
             if len(_servers) >= MAX_SERVERS:
-                # A server started early for what the last grade used and not asked for by
-                # this one gives its place to one that is.
-                stale_key = next((k for k, s in _servers.items()
-                                  if s.prestarted and not s.asked), None)
-                if prestart or stale_key is None:
-                    return None
-                stale = _servers.pop(stale_key)
-            server = _servers[key] = _Server(identity, prestarted=prestart)
-        # Under the lock: a server handed to a request is never discarded as stale.
-        server.asked = server.asked or not prestart
-    if stale is not None:
-        stale.close()
-    return server
+                return None
+            server = _servers[key] = _new_server(identity)
+        return server
 
 
-def prestart() -> int:
-    """Start, before any check asks, the servers the previous grade of this worker used.
-
-    Why: a server is otherwise started by the first candidate process that needs it, which
-    then waits for its imports (3-10 s); a mutant killed by its first short check paid that on
-    top of the judge's own start-up. The previous grade's judge wrote the identities of the
-    servers it forked children from to the file :data:`MEMORY_VAR` names (every grade of one
-    task's mutants builds the same environments); started now, their imports overlap the
-    judge's. One this grade never asks for costs only its imports, and gives its place to a
-    server that is asked for. Returns how many were started."""
-    path = os.environ.get(MEMORY_VAR, "")
-    if not enabled() or not os.path.isabs(path):
-        return 0
-    return sum(_server_for(identity, prestart=True) is not None
-               for identity in _remembered(Path(path)))
-
-
-def _remembered(path: Path) -> list[dict[str, str]]:
-    """The identities in the memory file; anything else in it (a cut write, a bad entry) is
-    ignored: the file only makes starts earlier, never changes what a child runs with."""
-    try:
-        with open(path, "rb") as fh:
-            raw = json.loads(fh.read(_MAX_MEMORY_BYTES + 1)[:_MAX_MEMORY_BYTES])
-    except (OSError, ValueError):
-        return []
-    if not isinstance(raw, list):
-        return []
-    return [entry for entry in raw[:MAX_SERVERS]
-            if isinstance(entry, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items())]
-
-
-def _remember(path: str, identities: list[dict[str, str]]) -> None:
-    """Write the memory file for the next grade (atomically: a judge killed mid-write leaves
-    the previous file)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with contextlib.suppress(OSError):
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(identities, fh)
-        os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        os.unlink(tmp)
+def _new_server(identity: dict[str, str]) -> _Server:
+    """A session of the worker's daemon for ``identity`` when there are worker daemons (its
+    imports were done once, by an earlier grade), else a server process of this judge's own."""
+    folder = os.environ.get(DAEMONS_VAR, "")
+    if os.path.isabs(folder):
+        connected = connect_daemon(Path(folder), "server", identity, PRELOAD)
+        if connected is not None:
+            sock, log = connected
+            return _Server(identity, connected=sock, log=log)
+    return _Server(identity)
 
 
 def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
@@ -433,21 +383,82 @@ def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
 @atexit.register
 def _close_servers() -> None:
     with _servers_lock:
-        # Only servers that came up and stayed: one that died is not started again early.
-        used = [server.identity for server in _servers.values()
-                if server.asked and server.ready.is_set() and not server.dead]
         for server in _servers.values():
             server.close()
         _servers.clear()
-    memory = os.environ.get(MEMORY_VAR, "")
-    # A grade that started nothing warm (a kill by the public tests, say) keeps what the last
-    # one learned.
-    if used and os.path.isabs(memory):
-        _remember(memory, used)
     target = os.environ.get(WARM_START_VAR, "")
     if os.path.isabs(target) and any(_tally.values()):
         with contextlib.suppress(OSError), open(target, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(_tally) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker daemons
+
+
+def connect_daemon(folder: Path, kind: str, identity: dict[str, str],
+                   preload: Sequence[str]) -> tuple[socket.socket, Path] | None:
+    """A connection to the worker's daemon of this ``kind`` and ``identity`` in ``folder``
+    (and its log), started first if none answers; None when it cannot be reached.
+
+    Why: a server of the judge's own imports torch again in every grade (3 s of CPU, as much
+    as a short kill's own work, on two cores that two workers share). Mutation analysis grades
+    each mutant in its own ``grading.mutants`` process, several in a row in one container:
+    the daemon outlives them. It imports ``preload`` once with ``identity`` as its environment
+    (so its key: ``<kind>-<digest>.sock``), listens in ``folder`` (root's, 0700: the candidate
+    uid cannot connect), and forks a *session* per connection that is a server exactly like a
+    judge's own (:func:`_serve`); closing the connection ends the session and what it forked.
+    It exits after :data:`IDLE_EXIT_S` unused, or with its container.
+    """
+    path = daemon_path(folder, kind, identity, preload)
+    if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+        return None
+    log = path.with_suffix(".log")
+    # One client at a time starts a daemon (two grades must not start two).
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _connect(path)
+        if sock is not None:
+            return sock, log
+        # Its temp folder is inside the root-only one, not the container's shared /tmp.
+        tmp = folder / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        with open(log, "ab") as fh:
+            # Its own session, and no descriptor of this process's: it outlives this process
+            # (the next mutant's grade connects to it) and is no part of any run's group.
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "grading.warm_start", "--daemon", str(path), *preload],
+                cwd="/", env=dict(server_env(identity), TMPDIR=str(tmp)),
+                stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True,
+                close_fds=True)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and daemon.poll() is None:
+            sock = _connect(path)
+            if sock is not None:
+                return sock, log
+            time.sleep(0.05)
+        with contextlib.suppress(OSError):
+            daemon.kill()
+        daemon.wait()
+        return None
+
+
+def daemon_path(folder: Path, kind: str, identity: Mapping[str, str],
+                preload: Sequence[str]) -> Path:
+    """Where the daemon for these listens: one per kind, environment and preload list."""
+    digest = hashlib.sha256(json.dumps([kind, dict(identity), list(preload)],
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    return folder / f"{kind}-{digest}.sock"
+
+
+def _connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
 
 # ---------------------------------------------------------------------------------------------
@@ -778,5 +789,56 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
     raise SystemExit(0)
 
 
+def _daemon(path: str, preload: Sequence[str]) -> None:
+    """A worker daemon (:func:`connect_daemon`): import, listen, fork a session per client."""
+    for name in preload:
+        # Only a head start: a module this torch lacks is imported (or not) by the process.
+        with contextlib.suppress(ImportError):
+            __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # Bound under a name of its own, then moved into place: a client connects only once it
+    # listens, and a stale socket of a dead daemon is replaced in one step.
+    staging = f"{path}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(staging)
+    listener.bind(staging)
+    listener.listen(8)
+    ours = os.stat(staging).st_ino
+    os.replace(staging, path)
+    sessions: set[int] = set()
+    last_used = time.monotonic()
+    while True:
+        ready, _, _ = select.select([listener], [], [], 1.0)
+        if ready:  # before any exit: a client that connected is served
+            conn, _ = listener.accept()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                # Serves this connection until it closes; a process forked from here leaves by
+                # SystemExit, which must reach the interpreter's top (its exit code): no
+                # handler between here and there.
+                _serve(conn.detach(), ())
+                raise SystemExit(0)
+            conn.close()
+            sessions.add(pid)
+        for pid in list(sessions):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                sessions.discard(pid)
+        if sessions or ready:
+            last_used = time.monotonic()
+        try:
+            replaced = os.stat(path).st_ino != ours
+        except FileNotFoundError:
+            replaced = True
+        if replaced:
+            return  # another daemon took the path: its clients are its own
+        if not sessions and time.monotonic() - last_used > IDLE_EXIT_S:
+            os.unlink(path)
+            return
+
+
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]))
+    if sys.argv[1] == "--daemon":
+        _daemon(sys.argv[2], sys.argv[3:])
+    else:
+        _serve(int(sys.argv[1]))

@@ -69,7 +69,7 @@ class MutantInputs:
                 "--reference-diff", f"{INPUT_DIR}/reference.diff", "--out", out,
                 "--work", f"{WORK_DIR}/mutants", "--expect-hidden-sha256", self.hidden_sha256,
                 # Outside --work (removed after each run): kept for the worker's next mutant.
-                *(["--warm-memory-dir", f"{WORK_DIR}/warm-start"] if self.warm_start
+                *(["--warm-daemon-dir", f"{WORK_DIR}/warm-start"] if self.warm_start
                   else ["--cold-start"]), *extra]
 
     def bound(self, raw: bytes, what: str) -> MutantsReport:

@@ -185,14 +185,11 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
 
 def _started(report: OracleStrengthReport) -> str:
     warm = sum(e.result.processes_warm for e in report.entries)
-    early = sum(e.result.processes_warm_early for e in report.entries)
     fresh = sum(e.result.processes_fresh for e in report.entries)
     judges = sum(e.result.judges_warm for e in report.entries)
-    return (f"{warm} of the hidden checks' candidate processes warm ({early} of them from a "
-            "server started before its grade's first check asked, as the previous grade on "
-            f"the same worker had used it) and {fresh} fresh (the public test command, a "
-            f"shell, always starts fresh and is not counted); {judges} judges (the hidden "
-            "checks' pytest) were forked from the worker's warm judge daemon")
+    return (f"{warm} of the hidden checks' candidate processes warm and {fresh} fresh (the "
+            "public test command, a shell, always starts fresh and is not counted), and "
+            f"{judges} judges (the hidden checks' pytest) forked from the worker's judge daemon")
 
 
 def _containers(n: int) -> str:

@@ -79,16 +79,10 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     # The survivors ran every contract: each training run and probe of theirs started warm.
     assert all(entries[m].result.processes_warm > 0 for m in (EQUIVALENT, UNREACHED)), [
         (e.mutant.id, e.result.processes_warm, e.result.processes_fresh) for e in report.entries]
-    # Three mutants on two workers: some worker graded a second mutant, whose judge found the
-    # servers the first one used started before its first check asked (warm_start.prestart).
-    assert sum(e.result.processes_warm_early for e in report.entries) > 0, [
-        (e.mutant.id, e.result.processes_warm, e.result.processes_warm_early)
-        for e in report.entries]
-    assert "server started before its grade's first check asked" in markdown
     # Every one of them ran hidden checks, in a judge forked from its worker's judge daemon.
     assert all(e.result.judges_warm > 0 for e in report.entries), [
         (e.mutant.id, e.result.judges_warm) for e in report.entries]
-    assert "forked from the worker's warm judge daemon" in markdown
+    assert "forked from the worker's judge daemon" in markdown
     run_dir = next((tmp_path / "run").glob("run-*"))
     assert {p.stem for p in (run_dir / "logs").glob("*.log")} == set(entries)
 
@@ -98,7 +92,7 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
                             ids={KILLABLE}, workers=1, warm_start=False, log=lambda _m: None)
     assert again.reference_reused and again.workers == 1 and not again.warm_start
     cold = again.entries[0].result
-    assert cold.processes_warm == cold.processes_warm_early == cold.judges_warm == 0
+    assert cold.processes_warm == cold.judges_warm == 0
     assert again.reference_duration_s == report.reference_duration_s
     assert again.duration_s < report.reference_duration_s
     assert [(e.mutant.id, e.result.status, e.result.killed_by) for e in again.entries] == [

@@ -7,7 +7,6 @@ observes about itself and how it ends are compared.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -252,11 +251,10 @@ def test_a_judge_forked_but_never_reported_dies_and_voids_the_grade(
     # The judge's identity as run_command builds it (the per-run variables left out).
     identity = warm_start._identity_env({**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     assert identity is not None
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    sock = judge_folder / f"judge-{key}.sock"
+    sock = warm_start.daemon_path(judge_folder, "judge", identity, warm_judge.PRELOAD)
     orphan = tmp_path / "orphan.pid"
     code = ("import os, signal, sys\n"
-            "from grading import warm_judge, warm_start\n"
+            "from grading import warm_start\n"
             "send = warm_start._send\n"
             "def dying_send(sock, msg):\n"
             "    if 'pid' in msg:\n"
@@ -264,7 +262,7 @@ def test_a_judge_forked_but_never_reported_dies_and_voids_the_grade(
             "        os.kill(os.getpid(), signal.SIGKILL)\n"
             "    send(sock, msg)\n"
             "warm_start._send = dying_send\n"
-            "warm_judge._daemon(sys.argv[1], ())\n")
+            "warm_start._daemon(sys.argv[1], ())\n")
     daemon = subprocess.Popen([sys.executable, "-c", code, str(sock), str(orphan)],
                               env=warm_start.server_env(identity), start_new_session=True)
     try:

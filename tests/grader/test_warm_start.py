@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -433,47 +434,59 @@ def test_relative_python_paths_and_a_folder_script_as_the_interpreter_has_them(
     assert seen["warm"][1][2][0] == "the folder ran" and not seen["warm"][1][1]  # fresh
 
 
-def test_the_next_grade_starts_the_servers_the_last_one_used_before_it_asks(
+def test_a_worker_daemon_serves_the_next_grade_without_importing_again(
         tmp_path: Path, warm: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What one judge's candidate processes were forked from is started by the next judge
-    before any check asks (grading.warm_start.prestart); a remembered server nobody asks for
-    gives its place to one that is asked for, and is not remembered again."""
-    memory = tmp_path / "servers.json"
-    monkeypatch.setenv(warm_start.MEMORY_VAR, str(memory))
-    hello = script("hello.py", "print('hello')\n")
+    """With worker daemons (grading.mutants --warm-daemon-dir), a judge's server is a session of
+    the worker's daemon: a later judge (here, after the first closed its servers, as at its
+    exit) is served by the same daemon, and its process observes what a fresh one does."""
+    folder = Path(tempfile.mkdtemp(prefix="wd-", dir="/tmp"))  # short: a socket path's limit
+    folder.chmod(0o700)
+    monkeypatch.setenv(warm_start.DAEMONS_VAR, str(folder))
+    path = script("facts.py", FACTS)
+    try:
+        first = facts_of(tmp_path, "first", path)
+        (sock,) = folder.glob("server-*.sock")
+        daemon = _listening(sock)
+        warm_start._close_servers()  # the first judge's exit
+        second = facts_of(tmp_path, "second", path)
+        assert _listening(sock) == daemon and len(daemon) == 1
+        assert warm_started(tmp_path / "first.log") and warm_started(tmp_path / "second.log")
+        cold = facts_of_cold(tmp_path, path, monkeypatch)
+        for facts in (first, second):
+            differ = {k: (cold.get(k), facts.get(k)) for k in set(cold) | set(facts)
+                      if cold.get(k) != facts.get(k) and k not in SERVERS_OWN + PER_PROCESS}
+            assert differ == {}, json.dumps(differ, indent=1)
+        assert first["rand"] != second["rand"]
+    finally:
+        warm_start._close_servers()
+        for pid in _pids_with_arg(str(folder)):
+            os.kill(pid, signal.SIGKILL)
 
-    def hello_run(name: str, **env: str) -> bool:
-        res = run_command([sys.executable, str(hello)], hello.parent, base_env(**env), 120,
-                          tmp_path / f"{name}.log")
-        assert res.exit_code == 0 and "hello" in (tmp_path / f"{name}.log").read_text()
-        return warm_started(tmp_path / f"{name}.log")
 
-    assert warm_start.prestart() == 0  # the worker's first grade: nothing remembered
-    assert hello_run("first")
-    warm_start._close_servers()  # what the judge does at its exit
-    remembered = json.loads(memory.read_text())
-    assert len(remembered) == 1 and "GRADING_RUN_ID" not in remembered[0]
+def facts_of_cold(tmp_path: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.delenv(warm_start.WARM_START_VAR)
+    try:
+        return facts_of(tmp_path, "cold", path)
+    finally:
+        monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
 
-    # The next judge: its server is up before the first candidate process asks.
-    assert warm_start.prestart() == 1
-    (server,) = warm_start._servers.values()
-    assert server.prestarted and not server.asked
-    assert server.ready.wait(warm_start.READY_TIMEOUT_S)
-    assert hello_run("second")
-    assert list(warm_start._servers.values()) == [server] and server.asked
-    warm_start._close_servers()
-    assert json.loads(memory.read_text()) == remembered
 
-    # Remembered servers nobody asks for: at the limit, one gives its place to a new one.
-    others = [dict(remembered[0], OTHER=str(n)) for n in range(warm_start.MAX_SERVERS)]
-    memory.write_text(json.dumps(others))
-    assert warm_start.prestart() == warm_start.MAX_SERVERS
-    assert hello_run("third")
-    servers = list(warm_start._servers.values())
-    assert len(servers) == warm_start.MAX_SERVERS
-    assert [s.asked for s in servers] == [False] * (warm_start.MAX_SERVERS - 1) + [True]
-    started = time.monotonic()
-    warm_start._close_servers()
-    # Servers never asked are killed, not waited for; only the one asked is remembered.
-    assert time.monotonic() - started < 20
-    assert json.loads(memory.read_text()) == remembered
+def _pids_with_arg(prefix: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.startswith(prefix.encode()) for a in args):
+                found.append(int(name))
+    return found
+
+
+def _listening(sock: Path) -> list[int]:
+    """The daemon on ``sock`` (its sessions are forks of it, with its command line)."""
+    pids = _pids_with_arg(str(sock))
+    parents = {pid: int(dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+                        ["PPid"]) for pid in pids}
+    return [pid for pid in pids if parents[pid] not in pids]

@@ -114,9 +114,9 @@ def test_the_grader_is_told_to_start_mutants_cold_only_when_asked(tmp_path: Path
     cold = dataclasses.replace(warm, warm_start=False)
     assert "--cold-start" not in warm.command("/out", "--only", "m")
     assert cold.command("/out", "--only", "m")[-3:] == ["--cold-start", "--only", "m"]
-    # Warm: the servers one mutant used are remembered for the worker's next (outside --work,
-    # which each run removes); cold: nothing is remembered.
-    memory = warm.command("/out")[warm.command("/out").index("--warm-memory-dir") + 1]
+    # Warm: the worker's daemons listen in a folder outside --work (which each run removes),
+    # so the next mutant's grade finds them; cold: no daemons.
+    daemons = warm.command("/out")[warm.command("/out").index("--warm-daemon-dir") + 1]
     work = warm.command("/out")[warm.command("/out").index("--work") + 1]
-    assert not memory.startswith(work + "/")
-    assert "--warm-memory-dir" not in cold.command("/out")
+    assert not daemons.startswith(work + "/")
+    assert "--warm-daemon-dir" not in cold.command("/out")

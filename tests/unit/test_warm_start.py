@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from grading import warm_start
 
@@ -44,37 +43,17 @@ def test_python_path_entries_and_switches_read_as_the_interpreter_reads_them() -
 
 def test_a_tally_is_summed_and_damaged_lines_are_skipped(tmp_path: Path) -> None:
     tally = tmp_path / "warm.jsonl"
-    assert warm_start.read_tally(tally) == (0, 0, 0)
+    assert warm_start.read_tally(tally) == (0, 0)
     tally.write_text('{"warm": 3, "fresh": 1}\nnot json\n{"warm": 2}\n[1]\n'
-                     '{"warm": 4, "early": 2, "fresh": 0}\n')
-    assert warm_start.read_tally(tally) == warm_start.Tally(warm=7, early=2, fresh=1)
+                     '{"warm": 4, "fresh": 0}\n')
+    assert warm_start.read_tally(tally) == warm_start.Tally(warm=7, fresh=1)
 
 
-def test_the_memory_of_used_servers_is_read_back_bounded_and_whole(tmp_path: Path) -> None:
-    memory = tmp_path / "servers.json"
-    assert warm_start._remembered(memory) == []  # the first grade of a worker: nothing yet
-    used = [{"PATH": "/bin", "A": "1"}, {"PATH": "/bin", "A": "2"}]
-    warm_start._remember(str(memory), used)
-    assert warm_start._remembered(memory) == used
-    assert [p.name for p in tmp_path.iterdir()] == ["servers.json"]  # no temp file left
-    # A cut write, the wrong shape, a non-text value: nothing, or only the well-formed entries.
-    for text in ('[{"PATH": "/b', '{"PATH": "/bin"}', '"x"'):
-        memory.write_text(text)
-        assert warm_start._remembered(memory) == [], text
-    memory.write_text('[{"PATH": 1}, {"PATH": "/bin"}, ["x"]]')
-    assert warm_start._remembered(memory) == [{"PATH": "/bin"}]
-    # Never more than there may be servers, however long the file.
-    warm_start._remember(str(memory), [{"N": str(n)} for n in range(10)])
-    assert len(warm_start._remembered(memory)) == warm_start.MAX_SERVERS
-
-
-def test_prestart_needs_warm_starts_and_an_absolute_memory(tmp_path: Path,
-                                                            monkeypatch: Any) -> None:
-    memory = tmp_path / "servers.json"
-    warm_start._remember(str(memory), [{"PATH": "/bin"}])
-    monkeypatch.delenv(warm_start.WARM_START_VAR, raising=False)
-    monkeypatch.setenv(warm_start.MEMORY_VAR, str(memory))
-    assert warm_start.prestart() == 0 and warm_start._servers == {}
-    monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
-    monkeypatch.setenv(warm_start.MEMORY_VAR, "servers.json")
-    assert warm_start.prestart() == 0 and warm_start._servers == {}
+def test_each_kind_environment_and_preload_list_has_its_own_daemon(tmp_path: Path) -> None:
+    path = warm_start.daemon_path
+    one = path(tmp_path, "server", {"PATH": "/bin"}, ["torch"])
+    assert one.parent == tmp_path and one.name.startswith("server-") and one.suffix == ".sock"
+    assert one == path(tmp_path, "server", {"PATH": "/bin"}, ["torch"])
+    assert len({one, path(tmp_path, "judge", {"PATH": "/bin"}, ["torch"]),
+                path(tmp_path, "server", {"PATH": "/usr/bin"}, ["torch"]),
+                path(tmp_path, "server", {"PATH": "/bin"}, ["torch", "pytest"])}) == 4
