@@ -141,8 +141,7 @@ def read_tally(path: Path) -> Tally:
     for line in lines:
         with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             counts = json.loads(line)
-            line_tally = Tally(warm=int(counts["warm"]), fresh=int(counts["fresh"]))
-            total = Tally(*(a + b for a, b in zip(total, line_tally, strict=True)))
+            total = Tally(total.warm + int(counts["warm"]), total.fresh + int(counts["fresh"]))
     return total
 
 

@@ -114,6 +114,18 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+def parent_pid(pid: int) -> int:
+    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    return int(status["PPid"])
+
+
+def daemon_pids(sock: Path) -> list[int]:
+    """The warm daemon listening on ``sock``: of the processes whose command line names it, the
+    one whose parent is none of them (its sessions and their children are its forks)."""
+    pids = processes_with(str(sock))
+    return [pid for pid in pids if parent_pid(pid) not in pids]
+
+
 def assert_no_run_survives(report: dict[str, Any]) -> None:
     for contract in report["contracts"]:
         run_id = contract["evidence"].get("run_id")

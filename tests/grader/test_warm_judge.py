@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import daemon_pids, parent_pid, processes_with
 
 from grading import sealed, warm_judge, warm_start
 from grading.run import run_command
@@ -79,32 +80,8 @@ def tempfile_short() -> str:
 def _stop_daemons(folder: Path) -> None:
     """The daemon outlives every client by design; a test ends what it started."""
     for log in folder.glob("judge-*.log"):
-        for pid in _pids_with_arg(str(log.with_suffix(".sock"))):
+        for pid in processes_with(str(log.with_suffix(".sock"))):
             os.kill(pid, signal.SIGKILL)
-
-
-def _pids_with_arg(arg: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                cmdline = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if arg.encode() in cmdline:
-                found.append(int(name))
-    return found
-
-
-def _daemons(sock: Path) -> list[int]:
-    """The daemon listening on ``sock`` (its sessions are forks of it, with its command line)."""
-    pids = _pids_with_arg(str(sock))
-    return [pid for pid in pids if _ppid(pid) not in pids]
-
-
-def _ppid(pid: int) -> int:
-    status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(status["PPid"])
 
 
 def checks(tmp_path: Path, **ask: Any) -> Path:
@@ -176,14 +153,14 @@ def test_a_warm_judge_ends_as_a_fresh_one_and_the_daemon_serves_the_next_process
     res, log = run_judge(tmp_path, "pass", "test_fails_when_asked")
     assert warm(log) and res.exit_code == 0 and "1 passed" in log
     (sock,) = judge_folder.glob("judge-*.sock")
-    daemon = _daemons(sock)
+    daemon = daemon_pids(sock)
     assert len(daemon) == 1
     # The next grading process (a new client) finds the same daemon: nothing is imported again.
     warm_judge._close_sessions()
     started = time.monotonic()
     res, log = run_judge(tmp_path, "next", "test_fails_when_asked")
     assert warm(log) and res.exit_code == 0
-    assert _daemons(sock) == daemon
+    assert daemon_pids(sock) == daemon
     assert time.monotonic() - started < 60
     # A hang is killed with its group, as a fresh judge's is.
     folder = checks(tmp_path, sleep=1000)
@@ -230,7 +207,7 @@ def test_a_session_that_dies_under_its_judge_voids_the_grade(
     while session is None and time.monotonic() < deadline:
         for server in warm_judge._sessions.values():
             for pid in list(server.children):
-                session = _ppid(pid)
+                session = parent_pid(pid)
         time.sleep(0.1)
     assert session is not None
     os.kill(session, signal.SIGKILL)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import daemon_pids, processes_with
 
 from grading import launch, sealed, warm_start
 from grading.run import run_command
@@ -446,10 +447,10 @@ def test_a_worker_daemon_serves_the_next_grade_without_importing_again(
     try:
         first = facts_of(tmp_path, "first", path)
         (sock,) = folder.glob("server-*.sock")
-        daemon = _listening(sock)
+        daemon = daemon_pids(sock)
         warm_start._close_servers()  # the first judge's exit
         second = facts_of(tmp_path, "second", path)
-        assert _listening(sock) == daemon and len(daemon) == 1
+        assert daemon_pids(sock) == daemon and len(daemon) == 1
         assert warm_started(tmp_path / "first.log") and warm_started(tmp_path / "second.log")
         cold = facts_of_cold(tmp_path, path, monkeypatch)
         for facts in (first, second):
@@ -459,7 +460,7 @@ def test_a_worker_daemon_serves_the_next_grade_without_importing_again(
         assert first["rand"] != second["rand"]
     finally:
         warm_start._close_servers()
-        for pid in _pids_with_arg(str(folder)):
+        for pid in processes_with(str(folder)):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -469,24 +470,3 @@ def facts_of_cold(tmp_path: Path, path: Path, monkeypatch: pytest.MonkeyPatch) -
         return facts_of(tmp_path, "cold", path)
     finally:
         monkeypatch.setenv(warm_start.WARM_START_VAR, "1")
-
-
-def _pids_with_arg(prefix: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if any(a.startswith(prefix.encode()) for a in args):
-                found.append(int(name))
-    return found
-
-
-def _listening(sock: Path) -> list[int]:
-    """The daemon on ``sock`` (its sessions are forks of it, with its command line)."""
-    pids = _pids_with_arg(str(sock))
-    parents = {pid: int(dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-                        ["PPid"]) for pid in pids}
-    return [pid for pid in pids if parents[pid] not in pids]
