@@ -192,7 +192,9 @@ def grade(opts: GradeOptions) -> GradeReport:
     if layout.flags.exists():
         raise GraderError(f"grader defect: {read_log_text(layout.flags).splitlines()[0]}")
 
-    not_run = unavailable_configurations(opts.packet)
+    not_run = opts.configurations_not_run
+    if not_run is None:
+        not_run = unavailable_configurations(opts.packet)
     configurations = configuration_results(contracts, list(opts.packet.configurations), not_run)
     return GradeReport(
         submission_id=opts.submission_id,

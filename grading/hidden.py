@@ -177,7 +177,8 @@ class _HiddenRunner:
 
     def _argv(self, junit: Path, targets: list[str], *, collect_only: bool = False) -> list[str]:
         argv = [
-            sys.executable, "-m", "pytest",
+            # pytest, ended without the interpreter's teardown (see grading.judge_main).
+            sys.executable, "-m", "grading.judge_main",
             "-q" if collect_only else "-v",
             "-c", str(self.ini),
             "--rootdir", str(self.checks),
@@ -439,6 +440,13 @@ class _HiddenRunner:
         if collected is None:
             self._leftovers("crash", "pytest could not collect the hidden checks")
             return
+        if self.opts.hidden_share is not None:
+            k, n = self.opts.hidden_share
+            share = set(collected[k::n])
+            for nodeid in collected:
+                if nodeid not in share:
+                    self.results[nodeid] = self._contract(nodeid, "not_run",
+                                                          reason=NOT_SELECTED)
         for round_no, nodeid in enumerate(collected, 1):
             if self._out_of_time():
                 return
@@ -558,7 +566,8 @@ def remember_collection(checks: Path, ids: list[str]) -> None:
 BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
 STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
 NOT_SELECTED = ("not run: not among the contracts this grade was asked to run (mutation "
-                "analysis grades a kill again with its killing check alone)")
+                "analysis grades a kill again with its killing check alone, and the reference "
+                "in parts side by side)")
 FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
 
 

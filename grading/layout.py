@@ -73,10 +73,18 @@ class GradeOptions:
     # Run the public tests after the hidden checks instead of before (mutation analysis only).
     public_tests_last: bool = False
     trace_each_hidden_test: bool = False
+    # With trace_each_hidden_test: (k, n) runs only every n-th collected check from the k-th
+    # (the reference graded in n parts side by side, one grader container each); the others
+    # are reported ``not_run`` (NOT_SELECTED).
+    hidden_share: tuple[int, int] | None = None
     # Mutation analysis only: start the candidate's Python processes from a warm server that
     # imported torch once (``grading.warm_start``); never for a session's grade or the
     # reference's (whose coverage hook must see each interpreter start).
     warm_start: bool = False
+    # Mutation analysis only: the declared configurations this grader cannot run, as the
+    # reference's grade in this image found them (None: ask torch, which a process that has not
+    # imported it pays 1.4 s for; a mutant's grade would pay it every time).
+    configurations_not_run: dict[str, str] | None = None
     # With warm_start: a folder only root reaches, kept from one grade to the next, where the
     # worker's daemons listen (``grading.warm_start.connect_daemon``).
     warm_start_daemons: Path | None = None

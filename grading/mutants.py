@@ -49,10 +49,16 @@ from pydantic import BaseModel, Field
 from grading import sealed, trace, warm_judge
 from grading.grade import grade
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.hidden import BUDGET_RAN_OUT, collected_ids, remember_collection
+from grading.hidden import BUDGET_RAN_OUT, NOT_SELECTED, collected_ids, remember_collection
 from grading.layout import HIDDEN_PREFIX, PUBLIC_CONTRACT_ID, GradeOptions, GraderError, Layout
-from grading.models import ContractResult, Verdict, contract_configurations
-from grading.packet import PacketSpec, load_packet_spec
+from grading.models import (
+    ContractResult,
+    Verdict,
+    configuration_results,
+    contract_configurations,
+    verdict_for,
+)
+from grading.packet import CUDA_CONFIGURATIONS, PacketSpec, load_packet_spec
 from grading.warm_start import read_tally
 
 MUTANTS_SCHEMA_VERSION = 1
@@ -148,10 +154,18 @@ class MutantsReport(BaseModel):
     reference_reused: bool = False
     workers: int = 1
     warm_start: bool = False
+    # How many grader containers graded the reference side by side (``--reference-part``),
+    # and what merging their parts needs (merge_reference_parts): each contract as graded (in
+    # a part, those of the other parts are not_run, NOT_SELECTED) and the declared
+    # configurations the grader could not run.
+    reference_parts: int = 1
+    reference_contracts: list[ContractResult] = Field(default_factory=list)
+    configurations_not_run: dict[str, str] = Field(default_factory=dict)
 
     def results_json(self) -> str:
         """``mutants.json``: the header without what only a grading process needs."""
-        return self.model_dump_json(indent=1, exclude={"coverage", "collected"}) + "\n"
+        return self.model_dump_json(
+            indent=1, exclude={"coverage", "collected", "reference_contracts"}) + "\n"
 
 
 def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> MutantResult:
@@ -234,21 +248,27 @@ class CoverageMap:
 
 
 def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out: Path,
-             work: Path, *, test_timeout_s: float, selection: Selection | None) -> GradeOptions:
+             work: Path, *, test_timeout_s: float, selection: Selection | None,
+             part: tuple[int, int] | None = None,
+             not_run: dict[str, str] | None = None) -> GradeOptions:
     """The reference's grade (``selection`` None: every contract, one process per hidden
-    check) or a mutant's (the selected contracts, stopped at the first failure)."""
+    check; ``part`` (k, n): only its k-th share of them, the public tests in the last) or a
+    mutant's (the selected contracts, stopped at the first failure)."""
     reference = selection is None
+    public = selection.public if selection is not None else (
+        part is None or part[0] == part[1] - 1)
     return GradeOptions(
         baseline=args.baseline.resolve(), packet=packet_spec,
         diff=diff.resolve(), hidden=args.hidden.resolve(), out=out, submission_id=diff.stem,
         work=work, hidden_timeout_s=args.mutant_timeout_s, hidden_test_timeout_s=test_timeout_s,
         expect_hidden_sha256=args.expect_hidden_sha256, stop_at_first_failure=not reference,
         hidden_tests=None if selection is None else selection.hidden,
-        public_tests=True if selection is None else selection.public,
+        public_tests=public,
         public_tests_last=selection is not None and selection.public_last,
-        trace_each_hidden_test=reference,
+        trace_each_hidden_test=reference, hidden_share=part if reference else None,
         warm_start=not reference and not args.cold_start,
-        warm_start_daemons=None if reference else _warm_daemons(args))
+        warm_start_daemons=None if reference else _warm_daemons(args),
+        configurations_not_run=not_run)
 
 
 def _warm_daemons(args: argparse.Namespace) -> Path | None:
@@ -267,15 +287,18 @@ def _warm_daemons(args: argparse.Namespace) -> Path | None:
 
 
 def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
-                  test_timeout: float, mutant_id: str, spent: list[float],
+                  header: MutantsReport, mutant_id: str, spent: list[float],
                   selection: Selection) -> MutantResult:
-    """One grade of the mutant with these contracts, its time added to ``spent``."""
+    """One grade of the mutant with these contracts (the per-test limit and the
+    configurations this grader cannot run are the reference's), its time added to
+    ``spent``."""
     m0 = time.monotonic()
     work = _fresh(scratch / "work")
     judges = warm_judge.started()
     graded = grade(_options(args, packet, args.mutants / f"{mutant_id}.diff",
                             _fresh(scratch / "out"), work,
-                            selection=selection, test_timeout_s=test_timeout))
+                            selection=selection, test_timeout_s=header.hidden_test_timeout_s,
+                            not_run=header.configurations_not_run))
     spent.append(time.monotonic() - m0)
     if why := warm_judge.failure():
         # Its judge was killed with the session: the checks it left read as crashes, which
@@ -326,8 +349,10 @@ def _fresh(path: Path) -> Path:
 
 def grade_reference(args: argparse.Namespace, packet: PacketSpec,
                     scratch: Path) -> MutantsReport:
-    """The unmutated reference, every contract, one process per hidden check, traced: the
-    header every mutant's grade starts from (its verdict, timings, coverage, collection)."""
+    """The unmutated reference, every contract (or ``--reference-part``'s share of them), one
+    process per hidden check, traced: the header every mutant's grade starts from (its
+    verdict, timings, coverage, collection)."""
+    part: tuple[int, int] | None = args.reference_part
     trace_dir = _fresh(scratch / "trace")
     # The candidate uid creates its trace files here but cannot list or read the others'.
     trace_dir.chmod(0o1733)
@@ -335,23 +360,78 @@ def grade_reference(args: argparse.Namespace, packet: PacketSpec,
     os.environ[trace.TRACE_ROOT_VAR] = str(scratch)
     try:
         ref = grade(_options(args, packet, args.reference_diff, _fresh(scratch / "ref-out"),
-                             _fresh(scratch / "ref-work"), selection=None,
+                             _fresh(scratch / "ref-work"), selection=None, part=part,
                              test_timeout_s=args.reference_test_timeout_s))
     finally:
         os.environ.pop(trace.TRACE_DIR_VAR, None)
         os.environ.pop(trace.TRACE_ROOT_VAR, None)
-    durations = {c.id: float(c.evidence.get("duration_s") or 0.0) for c in ref.contracts}
     by_check = trace.read_lines_by_check(str(trace_dir))
-    test_timeout = args.test_timeout_s or max(60.0, 3 * max(durations.values(), default=0.0))
-    return MutantsReport(
-        task_id=packet.id, reference_verdict=ref.verdict,
-        reference_failing=[c.id for c in ref.contracts if c.outcome not in ("pass", "not_run")],
-        reference_duration_s=ref.duration_s, hidden_test_timeout_s=round(test_timeout, 1),
-        grader_source_sha256=grader_source_sha256(), hidden_tree_sha256=tree_sha256(args.hidden),
-        coverage_recorded=bool(by_check), reference_durations_s=durations,
+    return _reference_header(
+        packet.id, ref.verdict, ref.contracts, duration_s=ref.duration_s,
+        test_timeout_s=args.test_timeout_s, not_run=ref.configurations_not_run,
         coverage={check: {path: sorted(lines) for path, lines in files.items()}
                   for check, files in by_check.items()},
-        collected=collected_ids(args.hidden / "checks") or [])
+        collected=collected_ids(args.hidden / "checks") or [],
+        parts=1 if part is None else part[1],
+        grader_sha256=grader_source_sha256(), hidden_sha256=tree_sha256(args.hidden))
+
+
+def _reference_header(task_id: str, verdict: Verdict, contracts: list[ContractResult], *,
+                      duration_s: float, test_timeout_s: float, not_run: dict[str, str],
+                      coverage: dict[str, dict[str, list[int]]], collected: list[str],
+                      parts: int, grader_sha256: str, hidden_sha256: str) -> MutantsReport:
+    """The header of the reference's grade (or of one part of it)."""
+    durations = {c.id: float(c.evidence.get("duration_s") or 0.0) for c in contracts}
+    test_timeout = test_timeout_s or max(60.0, 3 * max(durations.values(), default=0.0))
+    return MutantsReport(
+        task_id=task_id, reference_verdict=verdict,
+        reference_failing=[c.id for c in contracts if c.outcome not in ("pass", "not_run")],
+        reference_duration_s=duration_s, hidden_test_timeout_s=round(test_timeout, 1),
+        grader_source_sha256=grader_sha256, hidden_tree_sha256=hidden_sha256,
+        coverage_recorded=bool(coverage), reference_durations_s=durations, coverage=coverage,
+        collected=collected, reference_parts=parts, reference_contracts=contracts,
+        configurations_not_run=not_run)
+
+
+def merge_reference_parts(parts: list[MutantsReport], packet: PacketSpec) -> MutantsReport:
+    """One header from the reference graded in parts side by side (``--reference-part k/n``
+    for k < n, one grader container each): every contract as the part that ran it graded it,
+    the verdict over them all, coverage joined; the wall time is the slowest part's.
+
+    A contract no part ran stays ``not_run``, so the merged reference cannot pass.
+    """
+    first = parts[0]
+    if len(parts) != first.reference_parts or any(
+            (p.task_id, p.grader_source_sha256, p.hidden_tree_sha256, p.collected,
+             p.reference_parts) != (first.task_id, first.grader_source_sha256,
+                                    first.hidden_tree_sha256, first.collected, len(parts))
+            for p in parts):
+        raise GraderError("the reference's parts were not graded by one grading code, on one "
+                          "hidden tree, as one split; grade the reference again")
+    merged: dict[str, ContractResult] = {}
+    for part in parts:
+        for contract in part.reference_contracts:
+            if contract.id not in merged or merged[contract.id].reason == NOT_SELECTED:
+                merged[contract.id] = contract
+    contracts = list(merged.values())
+    not_run = first.configurations_not_run
+    verdict: Verdict = "diff_rejected" if any(
+        p.reference_verdict == "diff_rejected" for p in parts) else verdict_for(
+        contracts, diff_applied=True, cuda=CUDA_CONFIGURATIONS,
+        configurations=configuration_results(contracts, list(packet.configurations), not_run))
+    coverage: dict[str, dict[str, set[int]]] = {}
+    for part in parts:
+        for check, files in part.coverage.items():
+            for path, lines in files.items():
+                coverage.setdefault(check, {}).setdefault(path, set()).update(lines)
+    return _reference_header(
+        first.task_id, verdict, contracts,
+        duration_s=max(p.reference_duration_s for p in parts),
+        test_timeout_s=max(p.hidden_test_timeout_s for p in parts), not_run=not_run,
+        coverage={check: {path: sorted(lines) for path, lines in files.items()}
+                  for check, files in coverage.items()},
+        collected=first.collected, parts=len(parts),
+        grader_sha256=first.grader_source_sha256, hidden_sha256=first.hidden_tree_sha256)
 
 
 def load_reference(path: Path, hidden: Path) -> MutantsReport:
@@ -385,8 +465,8 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     results = []
     for n, spec in enumerate(specs, 1):
         spent: list[float] = []
-        regrade = functools.partial(_grade_mutant, args, packet, scratch,
-                                    header.hidden_test_timeout_s, spec.id, spent)
+        regrade = functools.partial(_grade_mutant, args, packet, scratch, header, spec.id,
+                                    spent)
         selection = coverage.select(spec) if coverage.by_check else every
         result = regrade(selection)
         if coverage.by_check:
@@ -409,9 +489,11 @@ def run(args: argparse.Namespace) -> MutantsReport:
     else:
         report = grade_reference(args, packet, scratch)
         (args.out / REFERENCE_NAME).write_text(report.model_dump_json(indent=1) + "\n")
-        print(f"reference: {report.reference_verdict} in {report.reference_duration_s:.0f} s, "
-              "one process per hidden check; per-test limit for mutants "
-              f"{report.hidden_test_timeout_s:.0f} s", flush=True)
+        share = "" if args.reference_part is None else " (part {}/{})".format(
+            *args.reference_part)
+        print(f"reference{share}: {report.reference_verdict} in "
+              f"{report.reference_duration_s:.0f} s, one process per hidden check; per-test "
+              f"limit for mutants {report.hidden_test_timeout_s:.0f} s", flush=True)
     if report.reference_verdict not in PASSING_REFERENCE or args.mutants is None:
         return report
 
@@ -455,6 +537,13 @@ def read_partial(reference: bytes, progress: str) -> MutantsReport:
     return report
 
 
+def _part(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not K/N with 0 <= K < N")
+    return int(k), int(n)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grading.mutants",
                                 description="Grade a task's reference and its mutants.")
@@ -478,6 +567,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mutant-timeout-s", type=float, default=5400.0,
                    help="wall time for one mutant's hidden checks together")
     p.add_argument("--reference-test-timeout-s", type=float, default=300.0)
+    p.add_argument("--reference-part", type=_part, default=None, metavar="K/N",
+                   help="grade only the K-th of N shares of the reference's hidden checks (the "
+                        "public tests in the last); the host merges the N headers")
     p.add_argument("--test-timeout-s", type=float, default=0.0,
                    help="per hidden test limit for mutants (0: 3x the reference's slowest)")
     p.add_argument("--warm-daemon-dir", type=Path, default=None,

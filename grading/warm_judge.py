@@ -8,10 +8,10 @@ in all. Mutation analysis grades each mutant in its own ``grading.mutants`` proc
 
 How: ``grading.mutants`` (mutant grades only, never the reference's or a session's) points this
 module at the worker's root-only folder (``--warm-daemon-dir``, kept between the worker's
-mutants). A judge command ``python -m pytest ...`` then connects to the worker's judge daemon
-there (``grading.warm_start.connect_daemon``: one per judge environment without its per-run
-variables, started if none answers), which imported :data:`PRELOAD` once and forks a *session*
-for each connection. The session is a warm server exactly as the candidate's
+mutants). A judge command (``python -m grading.judge_main``: pytest) then connects to the
+worker's judge daemon there (``grading.warm_start.connect_daemon``: one per judge environment
+without its per-run variables, started if none answers), which imported :data:`PRELOAD` once
+and forks a *session* for each connection. The session is a warm server exactly as the candidate's
 (``grading.warm_start._serve``): each request forks a child that becomes the requested process
 (new session, stdio on the run's log, every other descriptor closed, the environment, folder,
 ``sys.path``, ``__main__`` and random state of a fresh interpreter), only here the uid, groups

@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -497,6 +498,17 @@ def _shadowed(msg: dict[str, Any]) -> list[str]:
     return found
 
 
+def _freeze_heap() -> None:
+    """What the imports made, out of the cyclic collector's sight, as the ``gc`` module's
+    documentation advises before forking without exec: no collection in a child walks those
+    objects, so none copies their pages. Measured in the grader image (a child forked from a
+    server holding torch, then exiting as the interpreter does): 1.3-1.7 s from fork to exit
+    without it, 0.5-0.7 s with it, most of it Python's finalization. A child's own objects are
+    collected as ever; the frozen ones are the server's modules, reachable until exit anyway."""
+    gc.collect()
+    gc.freeze()
+
+
 def _serve(fd: int, preload: Sequence[str] = PRELOAD) -> None:
     sock = socket.socket(fileno=fd)
     for name in preload:
@@ -505,6 +517,7 @@ def _serve(fd: int, preload: Sequence[str] = PRELOAD) -> None:
     # thread pools: nothing here runs an op).
     if threading.active_count() != 1:
         raise SystemExit(f"warm server: {threading.active_count()} threads after the imports")
+    _freeze_heap()
     base_path = [p for p in sys.path[1:] if p not in _pythonpath(os.environ)]
     children: dict[int, bool] = {}  # pid -> its exit was reported
     server = os.getpid()
@@ -794,6 +807,9 @@ def _daemon(path: str, preload: Sequence[str]) -> None:
         # Only a head start: a module this torch lacks is imported (or not) by the process.
         with contextlib.suppress(ImportError):
             __import__(name)
+    # Its sessions fork from it, and their children from them (each session freezes again
+    # what it added).
+    _freeze_heap()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     # Bound under a name of its own, then moved into place: a client connects only once it
     # listens, and a stale socket of a dead daemon is replaced in one step.

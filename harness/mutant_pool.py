@@ -1,12 +1,14 @@
 """Grader containers for mutation analysis: the reference's grade, then a pool of workers.
 
-``harness oracle-strength`` grades the unmutated reference once (one grader container,
-``python -m grading.mutants`` without mutants), then hands its header (``reference.json``:
-verdict, timings, coverage, the judge's collection) to ``workers`` grader containers that run
-side by side. Each worker takes the next mutant as soon as it is free (one ``grading.mutants
---only ID`` per mutant), so a survivor's full grade on one worker does not hold up the kills
-queued behind it. Most of a grade waits on process start-up and single-threaded training, so
-two workers on two cores grade more mutants per minute than one (``docs/oracle-strength.md``).
+``harness oracle-strength`` grades the unmutated reference once (``python -m grading.mutants``
+without mutants), its hidden checks shared among ``workers`` grader containers side by side
+(``--reference-part k/n``: every n-th check, the public tests in the last part; the parts'
+headers merged here), then hands its header (``reference.json``: verdict, timings, coverage,
+the judge's collection) to ``workers`` grader containers. Each takes the next mutant as soon
+as it is free (one ``grading.mutants --only ID`` per mutant), so a survivor's full grade on
+one worker does not hold up the kills queued behind it. Most of a grade waits on process
+start-up and single-threaded training, so two workers on two cores grade more mutants per
+minute than one (``docs/oracle-strength.md``).
 
 Every container is a plain grader container (no network, the judge as root, the candidate uid
 for candidate code); each result comes back through the same bounded, canary-checked reader
@@ -26,7 +28,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from grading.mutants import REFERENCE_NAME, RESULTS_NAME, MutantResult, MutantsReport
+from grading.mutants import (
+    REFERENCE_NAME,
+    RESULTS_NAME,
+    MutantResult,
+    MutantsReport,
+    merge_reference_parts,
+)
+from grading.packet import load_packet_spec
 from harness import images
 from harness.grade import (
     INPUT_DIR,
@@ -97,23 +106,44 @@ def _sandbox(name_hint: str, run_id: str) -> Sandbox:
                                   "org.harness.submission": run_id})
 
 
-def grade_reference(inputs: MutantInputs, out_dir: Path, *, timeout_s: float,
+def grade_reference(inputs: MutantInputs, out_dir: Path, *, timeout_s: float, parts: int,
                     log: Callable[[str], None]) -> MutantsReport:
-    """The reference graded in full in a fresh grader container; its header comes back (and
-    stays in ``out_dir/reference``)."""
+    """The reference graded in full: in ``parts`` fresh grader containers side by side, each
+    grading its share of the hidden checks (``--reference-part``), the parts' headers merged
+    (``merge_reference_parts``); one container grades it all when ``parts`` is 1. Each
+    header also stays in ``out_dir/reference[-part-K]``."""
     run_id = uuid.uuid4().hex
-    with _sandbox(f"mutants-{run_id[:12]}-ref", run_id) as sandbox:
-        send_inputs(sandbox, inputs.entries())
+    if parts <= 1:
         log(f"grading the reference, one process per hidden check (follow "
             f"{out_dir / 'reference.log'})")
-        result = sandbox.exec(inputs.command(OUTPUT_DIR), timeout_s=timeout_s,
-                              artifact=out_dir / "reference.log", user=JUDGE_USER)
-        if result.timed_out or result.exit_code != 0:
-            why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
-            raise GraderFailed(f"the reference's grade {why}",
-                               f"see {out_dir / 'reference.log'}")
-        raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / "reference",
-                                 canaries=canaries(inputs.hidden), main_file=REFERENCE_NAME)
+        with _sandbox(f"mutants-{run_id[:12]}-ref", run_id) as sandbox:
+            return _grade_reference_part(inputs, sandbox, out_dir, None, timeout_s)
+    log(f"grading the reference in {parts} parts side by side, one process per hidden check "
+        f"(follow {out_dir / 'reference-part-*.log'})")
+    headers: dict[int, MutantsReport] = {}
+
+    def work(sandbox: Sandbox, k: int) -> None:
+        headers[k] = _grade_reference_part(inputs, sandbox, out_dir, (k, parts), timeout_s)
+
+    _side_by_side(parts, f"mutants-{run_id[:12]}-ref", run_id, work)
+    merged = merge_reference_parts([headers[k] for k in range(parts)],
+                                   load_packet_spec(inputs.packet_yaml))
+    return inputs.bound(merged.model_dump_json().encode(), f"merged {REFERENCE_NAME}")
+
+
+def _grade_reference_part(inputs: MutantInputs, sandbox: Sandbox, out_dir: Path,
+                          part: tuple[int, int] | None, timeout_s: float) -> MutantsReport:
+    """The reference (or its ``part`` (k, n)) graded in ``sandbox``; its header read back."""
+    name = "reference" if part is None else f"reference-part-{part[0]}"
+    extra = [] if part is None else ["--reference-part", f"{part[0]}/{part[1]}"]
+    send_inputs(sandbox, inputs.entries())
+    result = sandbox.exec(inputs.command(OUTPUT_DIR, *extra), timeout_s=timeout_s,
+                          artifact=out_dir / f"{name}.log", user=JUDGE_USER)
+    if result.timed_out or result.exit_code != 0:
+        why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+        raise GraderFailed(f"the reference's grade {why}", f"see {out_dir / f'{name}.log'}")
+    raw = read_grader_output(sandbox.get_archive(OUTPUT_DIR), out_dir / name,
+                             canaries=canaries(inputs.hidden), main_file=REFERENCE_NAME)
     return inputs.bound(raw, REFERENCE_NAME)
 
 
@@ -127,24 +157,44 @@ def grade_in_pool(inputs: MutantInputs, reference: Path, mutant_ids: list[str], 
     pending: queue.Queue[tuple[int, str]] = queue.Queue()
     for n, mutant_id in enumerate(mutant_ids):
         pending.put((n, mutant_id))
-    stop = threading.Event()
-    errors: list[BaseException] = []
     lock = threading.Lock()
     run_id = uuid.uuid4().hex
     count = min(max(1, workers), len(mutant_ids))
+    done = threading.Event()
 
     def work(sandbox: Sandbox, worker: int) -> None:
+        send_inputs(sandbox, inputs.entries(reference))
+        while not done.is_set():
+            try:
+                n, mutant_id = pending.get_nowait()
+            except queue.Empty:
+                return
+            result = _grade_one(inputs, sandbox, n, mutant_id, out_dir, per_mutant_s)
+            with lock:
+                if not done.is_set():
+                    on_result(result)
+
+    try:
+        _side_by_side(count, f"mutants-{run_id[:12]}-w", run_id, work, started=lambda: log(
+            f"grading {len(mutant_ids)} mutants on {count} grader container(s) "
+            f"(one log per mutant in {out_dir / 'logs'})"))
+    finally:
+        done.set()
+
+
+def _side_by_side(count: int, name_prefix: str, run_id: str,
+                  work: Callable[[Sandbox, int], None],
+                  started: Callable[[], None] = lambda: None) -> None:
+    """``work(sandbox, k)`` for k < ``count``, each on its own grader container and thread
+    (``started`` is called once the containers are up). The first failure of any stops them
+    all and is raised."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run(sandbox: Sandbox, k: int) -> None:
         try:
-            send_inputs(sandbox, inputs.entries(reference))
-            while not stop.is_set():
-                try:
-                    n, mutant_id = pending.get_nowait()
-                except queue.Empty:
-                    return
-                result = _grade_one(inputs, sandbox, n, mutant_id, out_dir, per_mutant_s)
-                with lock:
-                    if not stop.is_set():
-                        on_result(result)
+            work(sandbox, k)
         except BaseException as exc:  # handed to the calling thread, raised there
             with lock:
                 errors.append(exc)
@@ -153,23 +203,17 @@ def grade_in_pool(inputs: MutantInputs, reference: Path, mutant_ids: list[str], 
     with contextlib.ExitStack() as stack:
         # The containers belong to this thread: on Ctrl-C or a worker's failure, leaving the
         # stack removes them all, which also ends any grade still running in them.
-        sandboxes = [stack.enter_context(_sandbox(f"mutants-{run_id[:12]}-w{k}", run_id))
+        sandboxes = [stack.enter_context(_sandbox(f"{name_prefix}{k}", run_id))
                      for k in range(count)]
-        log(f"grading {len(mutant_ids)} mutants on {count} grader container(s) "
-            f"(one log per mutant in {out_dir / 'logs'})")
-        threads = [threading.Thread(target=work, args=(box, k), name=f"mutants-w{k}",
+        started()
+        threads = [threading.Thread(target=run, args=(box, k), name=f"{name_prefix}{k}",
                                     daemon=True) for k, box in enumerate(sandboxes)]
         for thread in threads:
             thread.start()
-        try:
-            # A worker's failure ends the pool at once: leaving the stack removes the
-            # containers, and with them the grades the other workers are still waiting on.
-            while not errors and any(thread.is_alive() for thread in threads):
-                stop.wait(0.5)  # set by a failing worker: no need to wait the half second
-        except BaseException:
-            stop.set()
-            raise
-        stop.set()
+        # A worker's failure ends them all at once: leaving the stack removes the containers,
+        # and with them the grades the others are still waiting on.
+        while not errors and any(thread.is_alive() for thread in threads):
+            stop.wait(0.5)  # set by a failing worker: no need to wait the half second
     if errors:
         raise errors[0]
 

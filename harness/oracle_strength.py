@@ -93,6 +93,9 @@ class OracleStrengthReport(BaseModel):
     # unless reference_reused: an earlier run graded the same inputs).
     reference_duration_s: float = 0.0
     reference_reused: bool = False
+    # Grader containers that graded the reference's checks side by side (its wall time is the
+    # slowest one's).
+    reference_parts: int = 1
     # Grader containers that graded the mutants side by side, and whether the mutants'
     # candidate processes were forked from a warm interpreter (grading.warm_start).
     workers: int = 1
@@ -173,7 +176,8 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         reference_verdict=graded.reference_verdict,
         hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
         reference_duration_s=graded.reference_duration_s,
-        reference_reused=graded.reference_reused, workers=graded.workers,
+        reference_reused=graded.reference_reused, reference_parts=graded.reference_parts,
+        workers=graded.workers,
         warm_start=graded.warm_start,
         coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
         coverage_recorded=graded.coverage_recorded,
@@ -217,8 +221,10 @@ def render_markdown(report: OracleStrengthReport) -> str:
            if report.warm_start else "")
         + f" (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
         f"`{report.reference_verdict}`"
-        f"{', one process per hidden check,' if report.coverage_per_check else ''} in "
-        f"{report.reference_duration_s / 60:.1f} min"
+        f"{', one process per hidden check,' if report.coverage_per_check else ''}"
+        + (f" in {_containers(report.reference_parts)} side by side,"
+           if report.reference_parts > 1 else "")
+        + f" in {report.reference_duration_s / 60:.1f} min"
         + (" (an earlier run's grade of the same grading code, image, hidden tree and "
            "reference, not graded again)" if report.reference_reused else "")
         + f"; the mutants took {mutant_minutes:.1f} min ({rate})."
@@ -297,7 +303,7 @@ def _cache_key(inputs: MutantInputs, image: str) -> str:
 
 
 def _reference(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
-               log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
+               parts: int, log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
     """The reference's header: from the cache when an earlier run graded these very inputs
     (and ``reuse``), else graded now and cached. True when it was reused."""
     key = _cache_key(inputs, images.image_id(images.docker_client(), "grader"))
@@ -311,7 +317,8 @@ def _reference(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: b
             log(f"reference: graded {header.reference_verdict} by an earlier run of the same "
                 f"grading code, image, hidden tree and reference ({cached}); not graded again")
             return header, True
-    header = grade_reference(inputs, out_dir, timeout_s=REFERENCE_TIMEOUT_S, log=log)
+    header = grade_reference(inputs, out_dir, timeout_s=REFERENCE_TIMEOUT_S, parts=parts,
+                             log=log)
     log(f"reference: {header.reference_verdict} in {header.reference_duration_s:.0f} s; "
         f"per-test limit for mutants {header.hidden_test_timeout_s:.0f} s")
     if header.reference_verdict in PASSING_REFERENCE:
@@ -329,7 +336,9 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped halfway can
     be rescored."""
     t0 = time.monotonic()
-    header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference, log=log)
+    # The reference's checks are shared among as many containers as will grade the mutants.
+    header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference,
+                                parts=workers, log=log)
     header.reference_reused, header.workers = reused, workers
     header.warm_start = inputs.warm_start
     out = out_dir / "out"

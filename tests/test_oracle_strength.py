@@ -70,11 +70,17 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert "no check executes this statement" in markdown
     assert "one process per hidden check" in markdown
     assert "every contract ran on it" in markdown and "Kills checked" in markdown
+    run_dir = next((tmp_path / "run").glob("run-*"))
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
     # Two grader containers graded the three mutants, one log each, their candidate processes
     # forked from a warm interpreter (grading.warm_start, the default).
     assert report.workers == 2 and not report.reference_reused and report.warm_start
+    # The reference's checks were shared between the two containers, and merged into one
+    # passing header (the verdict above) with every check's coverage and timing.
+    assert report.reference_parts == 2 and "in 2 grader containers side by side, in" in markdown
+    assert {p.name for p in run_dir.glob("reference-part-*.log")} == {
+        "reference-part-0.log", "reference-part-1.log"}
     assert "forked from a warm interpreter" in markdown
     # The survivors ran every contract: each training run and probe of theirs started warm.
     assert all(entries[m].result.processes_warm > 0 for m in (EQUIVALENT, UNREACHED)), [
@@ -83,7 +89,6 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert all(e.result.judges_warm > 0 for e in report.entries), [
         (e.mutant.id, e.result.judges_warm) for e in report.entries]
     assert "forked from the worker's judge daemon" in markdown
-    run_dir = next((tmp_path / "run").glob("run-*"))
     assert {p.stem for p in (run_dir / "logs").glob("*.log")} == set(entries)
 
     # Again, same grading code, image, hidden tree and reference: the reference's grade is

@@ -82,6 +82,7 @@ f["recursionlimit"] = sys.getrecursionlimit()
 f["locale"] = [locale.setlocale(locale.LC_ALL, None), locale.getpreferredencoding(False),
                sys.getfilesystemencoding()]
 f["gc"] = [gc.isenabled(), gc.get_threshold()]
+f["gc_frozen"] = gc.get_freeze_count() > 0
 f["faulthandler"] = faulthandler.is_enabled()
 f["meta_path"] = [type(x).__name__ for x in sys.meta_path]
 f["excepthook"] = repr(sys.excepthook)
@@ -192,9 +193,10 @@ def facts_of(tmp_path: Path, name: str, path: Path) -> dict[str, Any]:
 # What a warm process may see differently, and why none of it can change a grade: its command
 # line and the initial environment block are the server's (the live environment is the
 # run's), its parent is the server, its stack has the server's frames below __main__, and the
-# preloaded modules are imported already (the same files, from the same site-packages).
+# preloaded modules are imported already (the same files, from the same site-packages), their
+# objects frozen out of the cyclic collector's sight (gc.freeze: they live until exit anyway).
 # The random draws differ between any two processes, fresh or warm (compared separately).
-SERVERS_OWN = ("cmdline", "orig_argv", "parent_threads", "parent_cmdline",
+SERVERS_OWN = ("gc_frozen", "cmdline", "orig_argv", "parent_threads", "parent_cmdline",
                "environ_block_keys", "stack_depth",
                # the preloaded modules are in sys.modules before the script imports them
                "early_torch", "early_top_count")
@@ -218,6 +220,9 @@ def test_a_warm_process_observes_what_a_fresh_one_does(tmp_path: Path,
     assert differ == {}, json.dumps(differ, indent=1)
     assert hot["at_exit"] == {"main_has_mark": True, "pickle": "ok"}
     assert hot["late_thread"] == "ok" and hot["builtins_type"] == "module"
+    # The server's own objects are out of the collector's sight (gc.freeze before forking);
+    # the process's own are collected as ever (the gc facts above are the same).
+    assert hot["gc_frozen"] and not cold["gc_frozen"]
     assert hot["status"]["CapEff"] == "0000000000000000" and hot["shared_writable_maps"] == []
     # Each process draws its own random numbers and auth key, as fresh ones do.
     for key in PER_PROCESS:

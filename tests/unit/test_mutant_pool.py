@@ -120,3 +120,61 @@ def test_the_grader_is_told_to_start_mutants_cold_only_when_asked(tmp_path: Path
     work = warm.command("/out")[warm.command("/out").index("--work") + 1]
     assert not daemons.startswith(work + "/")
     assert "--warm-daemon-dir" not in cold.command("/out")
+
+
+def test_the_reference_is_graded_in_parts_side_by_side_and_merged(
+    tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from grading.mutants import MutantsReport
+
+    asked: dict[tuple[int, int] | None, str] = {}
+    both_running = threading.Barrier(2, timeout=30)
+
+    def grade_part(inputs: Any, box: FakeBox, out_dir: Path, part: tuple[int, int] | None,
+                   timeout_s: float) -> MutantsReport:
+        asked[part] = box.name
+        both_running.wait()  # each part waits for the other: they run at the same time
+        return MutantsReport(task_id="t", reference_verdict="incomplete",
+                             reference_duration_s=10.0, hidden_test_timeout_s=60.0,
+                             grader_source_sha256="g", hidden_tree_sha256="h",
+                             reference_parts=2)
+
+    merged_from: list[list[MutantsReport]] = []
+
+    def merge(parts: list[MutantsReport], packet: Any) -> MutantsReport:
+        merged_from.append(parts)
+        return parts[0].model_copy(update={"reference_verdict": "complete"})
+
+    monkeypatch.setattr(mutant_pool, "_grade_reference_part", grade_part)
+    monkeypatch.setattr(mutant_pool, "merge_reference_parts", merge)
+    monkeypatch.setattr(mutant_pool, "load_packet_spec", lambda path: None)
+    header = mutant_pool.grade_reference(_inputs(tmp_path), tmp_path, timeout_s=60, parts=2,
+                                         log=lambda _m: None)
+    assert header.reference_verdict == "complete" and len(merged_from[0]) == 2
+    # One container per part, each removed when done.
+    assert set(asked) == {(0, 2), (1, 2)} and len(set(asked.values())) == 2
+    assert all(b.closed.is_set() for b in boxes)
+
+
+def test_a_failing_reference_part_removes_the_other_parts_container(
+    tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    removed_while_grading: list[bool] = []
+
+    def grade_part(inputs: Any, box: FakeBox, out_dir: Path, part: tuple[int, int] | None,
+                   timeout_s: float) -> Any:
+        if part == (1, 2):
+            raise GraderFailed("the reference's grade exited with code 2", "see its log")
+        removed_while_grading.append(box.closed.wait(60))
+        raise RuntimeError("container removed")
+
+    monkeypatch.setattr(mutant_pool, "_grade_reference_part", grade_part)
+    with pytest.raises(GraderFailed, match="exited with code 2"):
+        mutant_pool.grade_reference(_inputs(tmp_path), tmp_path, timeout_s=60, parts=2,
+                                    log=lambda _m: None)
+    assert all(b.closed.is_set() for b in boxes)
+    for _ in range(600):
+        if removed_while_grading:
+            break
+        threading.Event().wait(0.05)
+    assert removed_while_grading == [True]

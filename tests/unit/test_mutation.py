@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grading.layout import GraderError
 from grading.models import ContractResult
 from grading.mutants import classify
 from harness.errors import HarnessError
@@ -352,3 +353,59 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     cut_short = survivor.model_copy(update={"reason": "1 check(s) not run: ..."})
     assert _confirm(cut_short, every, regrade_to(first)).confirmed is None
     assert asked == []
+
+
+def test_the_reference_graded_in_parts_merges_into_one_header() -> None:
+    from grading.hidden import NOT_SELECTED
+    from grading.mutants import MutantsReport, merge_reference_parts
+    from grading.packet import load_packet_spec
+
+    packet = load_packet_spec(FIXTURE / "packet.yaml")
+
+    def skipped(cid: str) -> ContractResult:
+        return ContractResult(id=cid, kind="hidden_check" if cid.startswith("hidden:")
+                              else "public_tests", statement="s", outcome="not_run",
+                              reason=NOT_SELECTED)
+
+    def part(k: int, contracts: list[ContractResult], seconds: float,
+             coverage: dict[str, dict[str, list[int]]]) -> MutantsReport:
+        return MutantsReport(
+            task_id="tiny-regression", reference_verdict="incomplete",
+            reference_duration_s=seconds, hidden_test_timeout_s=60.0 + k,
+            grader_source_sha256="g", hidden_tree_sha256="h", collected=["t.py::a", "t.py::b"],
+            coverage=coverage, coverage_recorded=True, reference_parts=2,
+            reference_contracts=contracts)
+
+    first = part(0, [skipped("public-tests"), _contract("hidden:t.py::a", "pass", duration_s=4.0),
+                     skipped("hidden:t.py::b")], 30.0,
+                 {"t.py::a": {"/w/m.py": [1, 2]}, "": {"/w/m.py": [9]}})
+    second = part(1, [_contract("public-tests", "pass", duration_s=7.0), skipped("hidden:t.py::a"),
+                      _contract("hidden:t.py::b", "pass", duration_s=5.0)], 41.0,
+                  {"t.py::b": {"/w/m.py": [3]}, "": {"/w/m.py": [4]}})
+    merged = merge_reference_parts([first, second], packet)
+    # Every contract as the part that ran it graded it: the reference passes as a whole.
+    assert merged.reference_verdict == "complete" and merged.reference_failing == []
+    assert merged.reference_durations_s == {"public-tests": 7.0, "hidden:t.py::a": 4.0,
+                                            "hidden:t.py::b": 5.0}
+    assert merged.coverage == {"t.py::a": {"/w/m.py": [1, 2]}, "t.py::b": {"/w/m.py": [3]},
+                               "": {"/w/m.py": [4, 9]}}
+    # The parts ran side by side: the slowest one's wall time, the larger per-test limit.
+    assert (merged.reference_duration_s, merged.hidden_test_timeout_s) == (41.0, 61.0)
+    assert merged.reference_parts == 2 and merged.collected == ["t.py::a", "t.py::b"]
+
+    # A check no part ran, or one that failed in its part, fails the merged reference.
+    unran = second.model_copy(update={"reference_contracts": [
+        _contract("public-tests", "pass"), skipped("hidden:t.py::a"),
+        skipped("hidden:t.py::b")]})
+    assert merge_reference_parts([first, unran], packet).reference_verdict == "incomplete"
+    failed = second.model_copy(update={"reference_contracts": [
+        _contract("public-tests", "pass"), skipped("hidden:t.py::a"),
+        _contract("hidden:t.py::b", "fail")]})
+    assert merge_reference_parts([first, failed], packet).reference_failing == [
+        "hidden:t.py::b"]
+    # Parts of different grading code, or a part missing, are never merged.
+    with pytest.raises(GraderError, match="one split"):
+        merge_reference_parts([first, second.model_copy(
+            update={"grader_source_sha256": "other"})], packet)
+    with pytest.raises(GraderError, match="one split"):
+        merge_reference_parts([first], packet)
