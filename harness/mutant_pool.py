@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from grading.layout import GraderError
 from grading.mutants import (
     REFERENCE_NAME,
     RESULTS_NAME,
@@ -122,12 +123,16 @@ def grade_reference(inputs: MutantInputs, out_dir: Path, *, timeout_s: float, pa
         f"(follow {out_dir / 'reference-part-*.log'})")
     headers: dict[int, MutantsReport] = {}
 
-    def work(sandbox: Sandbox, k: int) -> None:
+    def work(sandbox: Sandbox, k: int, stop: threading.Event) -> None:
         headers[k] = _grade_reference_part(inputs, sandbox, out_dir, (k, parts), timeout_s)
 
     _side_by_side(parts, f"mutants-{run_id[:12]}-ref", run_id, work)
-    merged = merge_reference_parts([headers[k] for k in range(parts)],
-                                   load_packet_spec(inputs.packet_yaml))
+    try:
+        merged = merge_reference_parts([headers[k] for k in range(parts)],
+                                       load_packet_spec(inputs.packet_yaml))
+    except GraderError as exc:
+        raise GraderFailed(f"the reference's {parts} parts cannot be merged: {exc}",
+                           "grade it again: harness oracle-strength --fresh-reference") from None
     return inputs.bound(merged.model_dump_json().encode(), f"merged {REFERENCE_NAME}")
 
 
@@ -160,41 +165,38 @@ def grade_in_pool(inputs: MutantInputs, reference: Path, mutant_ids: list[str], 
     lock = threading.Lock()
     run_id = uuid.uuid4().hex
     count = min(max(1, workers), len(mutant_ids))
-    done = threading.Event()
 
-    def work(sandbox: Sandbox, worker: int) -> None:
+    def work(sandbox: Sandbox, worker: int, stop: threading.Event) -> None:
         send_inputs(sandbox, inputs.entries(reference))
-        while not done.is_set():
+        while not stop.is_set():
             try:
                 n, mutant_id = pending.get_nowait()
             except queue.Empty:
                 return
             result = _grade_one(inputs, sandbox, n, mutant_id, out_dir, per_mutant_s)
             with lock:
-                if not done.is_set():
+                if not stop.is_set():
                     on_result(result)
 
-    try:
-        _side_by_side(count, f"mutants-{run_id[:12]}-w", run_id, work, started=lambda: log(
-            f"grading {len(mutant_ids)} mutants on {count} grader container(s) "
-            f"(one log per mutant in {out_dir / 'logs'})"))
-    finally:
-        done.set()
+    _side_by_side(count, f"mutants-{run_id[:12]}-w", run_id, work, started=lambda: log(
+        f"grading {len(mutant_ids)} mutants on {count} grader container(s) "
+        f"(one log per mutant in {out_dir / 'logs'})"))
 
 
 def _side_by_side(count: int, name_prefix: str, run_id: str,
-                  work: Callable[[Sandbox, int], None],
+                  work: Callable[[Sandbox, int, threading.Event], None],
                   started: Callable[[], None] = lambda: None) -> None:
-    """``work(sandbox, k)`` for k < ``count``, each on its own grader container and thread
-    (``started`` is called once the containers are up). The first failure of any stops them
-    all and is raised."""
+    """``work(sandbox, k, stop)`` for k < ``count``, each on its own grader container and
+    thread (``started`` is called once the containers are up). The first failure of any, or
+    an interruption of the calling thread, sets ``stop`` (a worker must then take no new work
+    and report nothing more), ends them all and is raised."""
     stop = threading.Event()
     errors: list[BaseException] = []
     lock = threading.Lock()
 
     def run(sandbox: Sandbox, k: int) -> None:
         try:
-            work(sandbox, k)
+            work(sandbox, k, stop)
         except BaseException as exc:  # handed to the calling thread, raised there
             with lock:
                 errors.append(exc)
@@ -210,10 +212,14 @@ def _side_by_side(count: int, name_prefix: str, run_id: str,
                                     daemon=True) for k, box in enumerate(sandboxes)]
         for thread in threads:
             thread.start()
-        # A worker's failure ends them all at once: leaving the stack removes the containers,
-        # and with them the grades the others are still waiting on.
-        while not errors and any(thread.is_alive() for thread in threads):
-            stop.wait(0.5)  # set by a failing worker: no need to wait the half second
+        try:
+            # A worker's failure ends them all at once: leaving the stack removes the
+            # containers, and with them the grades the others are still waiting on.
+            while not errors and any(thread.is_alive() for thread in threads):
+                stop.wait(0.5)  # set by a failing worker: no need to wait the half second
+        finally:
+            # Before the containers go (Ctrl-C included): no worker reports or starts more.
+            stop.set()
     if errors:
         raise errors[0]
 

@@ -329,6 +329,12 @@ def _reference(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: b
     return header, False
 
 
+def _full_grade_s(header: MutantsReport) -> float:
+    """What one grade of every contract cost the reference: its wall time, or, graded in parts
+    side by side, the parts' contracts together (the slowest part alone is a fraction)."""
+    return max(header.reference_duration_s, sum(header.reference_durations_s.values()))
+
+
 def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
                    cache_dir: Path, *, workers: int, reuse_reference: bool,
                    per_mutant_s: float, log: Callable[[str], None]) -> MutantsReport:
@@ -360,7 +366,7 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     try:
         grade_in_pool(inputs, out / REFERENCE_NAME, [m.id for m in mutants], out_dir,
                       workers=workers, on_result=on_result, log=log,
-                      per_mutant_s=max(per_mutant_s, 3 * header.reference_duration_s))
+                      per_mutant_s=max(per_mutant_s, 3 * _full_grade_s(header)))
     except BaseException:
         log(f"partial results kept: `harness oracle-strength --task {header.task_id} "
             f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far")

@@ -109,6 +109,55 @@ def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
     assert all(b.closed.is_set() for b in boxes)
 
 
+def test_a_result_that_comes_back_after_a_failure_is_neither_reported_nor_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mutant_pool, "send_inputs", lambda box, entries: None)
+    failed = threading.Event()
+    handed: list[str] = []
+
+    def grade_one(inputs: Any, box: FakeBox, n: int, mutant_id: str, out_dir: Path,
+                  timeout_s: float) -> MutantResult:
+        handed.append(mutant_id)
+        if mutant_id == "bad":
+            failed.set()
+            raise GraderFailed("the grader of mutant bad exited with code 2", "see its log")
+        if mutant_id == "slow":
+            # Finishes after the other worker failed, once the pool has begun removing the
+            # containers (the other one is gone, its own may still be up).
+            assert failed.wait(30)
+            other = next(b for b in boxes if b is not box)
+            assert other.closed.wait(30)
+            slow_returned.set()
+        return MutantResult(id=mutant_id, status="killed")
+
+    slow_returned = threading.Event()
+    made: list[FakeBox] = []
+
+    @contextmanager
+    def slow_to_remove(name_hint: str, run_id: str) -> Iterator[FakeBox]:
+        # Removing a real container takes seconds: a late result must not slip into them.
+        box = FakeBox(name_hint)
+        made.append(box)
+        try:
+            yield box
+        finally:
+            box.closed.set()
+            slow_returned.wait(5)
+            threading.Event().wait(0.2)
+
+    monkeypatch.setattr(mutant_pool, "_sandbox", slow_to_remove)
+    boxes = made
+    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
+    got: list[str] = []
+    with pytest.raises(GraderFailed, match="mutant bad"):
+        mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json",
+                                  ["slow", "bad", "next-1", "next-2"], tmp_path, workers=2,
+                                  per_mutant_s=60, on_result=lambda r: got.append(r.id),
+                                  log=lambda _m: None)
+    assert got == [] and sorted(handed) == ["bad", "slow"]
+
+
 def test_the_grader_is_told_to_start_mutants_cold_only_when_asked(tmp_path: Path) -> None:
     warm = _inputs(tmp_path)
     cold = dataclasses.replace(warm, warm_start=False)
