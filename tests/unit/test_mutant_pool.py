@@ -26,6 +26,9 @@ class FakeBox:
         self.name = name
         self.closed = threading.Event()
 
+    def removing(self) -> None:
+        """Called as the pool removes it, once ``closed`` is set: a test may make it slow."""
+
 
 @pytest.fixture
 def boxes(monkeypatch: pytest.MonkeyPatch) -> list[FakeBox]:
@@ -39,6 +42,7 @@ def boxes(monkeypatch: pytest.MonkeyPatch) -> list[FakeBox]:
             yield box
         finally:
             box.closed.set()  # as removing the container ends whatever runs in it
+            box.removing()
 
     monkeypatch.setattr(mutant_pool, "_sandbox", fake_sandbox)
     monkeypatch.setattr(mutant_pool, "send_inputs", lambda box, entries: None)
@@ -110,9 +114,8 @@ def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
 
 
 def test_a_result_that_comes_back_after_a_failure_is_neither_reported_nor_followed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mutant_pool, "send_inputs", lambda box, entries: None)
     failed = threading.Event()
     handed: list[str] = []
 
@@ -132,22 +135,13 @@ def test_a_result_that_comes_back_after_a_failure_is_neither_reported_nor_follow
         return MutantResult(id=mutant_id, status="killed")
 
     slow_returned = threading.Event()
-    made: list[FakeBox] = []
 
-    @contextmanager
-    def slow_to_remove(name_hint: str, run_id: str) -> Iterator[FakeBox]:
+    def slow_to_remove(box: FakeBox) -> None:
         # Removing a real container takes seconds: a late result must not slip into them.
-        box = FakeBox(name_hint)
-        made.append(box)
-        try:
-            yield box
-        finally:
-            box.closed.set()
-            slow_returned.wait(5)
-            threading.Event().wait(0.2)
+        slow_returned.wait(5)
+        threading.Event().wait(0.2)
 
-    monkeypatch.setattr(mutant_pool, "_sandbox", slow_to_remove)
-    boxes = made
+    monkeypatch.setattr(FakeBox, "removing", slow_to_remove)
     monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
     got: list[str] = []
     with pytest.raises(GraderFailed, match="mutant bad"):
