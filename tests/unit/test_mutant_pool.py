@@ -84,6 +84,20 @@ def test_every_mutant_is_graded_once_by_whichever_worker_is_free(
     assert all(b.closed.is_set() for b in boxes)
 
 
+def _pool_until_bad_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                          grade_one: Any, later: str) -> list[str]:
+    """Mutants "slow", "bad", then two more on two workers, graded by ``grade_one``, which
+    fails "bad": the pool must raise that failure. Returns the results reported."""
+    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
+    got: list[str] = []
+    with pytest.raises(GraderFailed, match="mutant bad"):
+        mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json",
+                                  ["slow", "bad", f"{later}-1", f"{later}-2"], tmp_path,
+                                  workers=2, per_mutant_s=60,
+                                  on_result=lambda r: got.append(r.id), log=lambda _m: None)
+    return got
+
+
 def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
     tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,13 +115,7 @@ def test_a_failing_worker_ends_the_pool_without_waiting_for_the_others(
         slow_done.set()
         raise RuntimeError("container removed")
 
-    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
-    got: list[str] = []
-    with pytest.raises(GraderFailed, match="mutant bad"):
-        mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json",
-                                  ["slow", "bad", "never-1", "never-2"], tmp_path, workers=2,
-                                  per_mutant_s=60, on_result=lambda r: got.append(r.id),
-                                  log=lambda _m: None)
+    got = _pool_until_bad_fails(tmp_path, monkeypatch, grade_one, "never")
     assert got == [] and "never-1" not in handed and "never-2" not in handed
     assert slow_done.wait(60) and removed_while_grading == [True]
     assert all(b.closed.is_set() for b in boxes)
@@ -142,13 +150,7 @@ def test_a_result_that_comes_back_after_a_failure_is_neither_reported_nor_follow
         threading.Event().wait(0.2)
 
     monkeypatch.setattr(FakeBox, "removing", slow_to_remove)
-    monkeypatch.setattr(mutant_pool, "_grade_one", grade_one)
-    got: list[str] = []
-    with pytest.raises(GraderFailed, match="mutant bad"):
-        mutant_pool.grade_in_pool(_inputs(tmp_path), tmp_path / "ref.json",
-                                  ["slow", "bad", "next-1", "next-2"], tmp_path, workers=2,
-                                  per_mutant_s=60, on_result=lambda r: got.append(r.id),
-                                  log=lambda _m: None)
+    got = _pool_until_bad_fails(tmp_path, monkeypatch, grade_one, "next")
     assert got == [] and sorted(handed) == ["bad", "slow"]
 
 
