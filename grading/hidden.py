@@ -366,6 +366,9 @@ class _HiddenRunner:
     def run(self) -> list[ContractResult]:
         if not self.expected:
             raise GraderError(f"no hidden tests found under {self.checks}")
+        if self.opts.hidden_share is not None and not self.opts.trace_each_hidden_test:
+            raise GraderError("a share of the hidden checks is graded one check per process "
+                              "(hidden_share needs trace_each_hidden_test)")
         if self.opts.trace_each_hidden_test:
             self._run_each()
         else:
@@ -441,8 +444,7 @@ class _HiddenRunner:
             self._leftovers("crash", "pytest could not collect the hidden checks")
             return
         if self.opts.hidden_share is not None:
-            k, n = self.opts.hidden_share
-            share = set(collected[k::n])
+            share = share_of(collected, self.opts.hidden_share)
             for nodeid in collected:
                 if nodeid not in share:
                     self.results[nodeid] = self._contract(nodeid, "not_run",
@@ -569,6 +571,13 @@ NOT_SELECTED = ("not run: not among the contracts this grade was asked to run (m
                 "analysis grades a kill again with its killing check alone, and the reference "
                 "in parts side by side)")
 FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
+
+
+def share_of(collected: list[str], part: tuple[int, int]) -> set[str]:
+    """Part (k, n) of the collected checks: every n-th from the k-th, so the n parts hold each
+    check exactly once."""
+    k, n = part
+    return set(collected[k::n])
 
 
 def _describe(res: RunResult) -> str:

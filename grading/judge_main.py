@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -31,6 +32,9 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    # And what extensions wrote through C's stdio, which exit() would flush and _exit does not.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
     os._exit(status)
 
 

@@ -24,9 +24,12 @@ each process given mutants with ``--only``), and each grade:
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
 under whichever check filled them first): an oracle that fails the reference would "kill"
-every mutant, so the run stops there with the reason. Its header (``reference.json``: verdict,
-timings, coverage, the judge's collection) lets a later process grade mutants without grading
-it again (``--reference``), as long as the grading code and the hidden tree are the same.
+every mutant, so the run stops there with the reason. Several containers may share it
+(``--reference-part k/n``: every n-th collected check from the k-th, the public tests in the
+last part); the host merges their headers (``merge_reference_parts``). Its header
+(``reference.json``: verdict, timings, coverage, the judge's collection) lets a later process
+grade mutants without grading it again (``--reference``), as long as the grading code and the
+hidden tree are the same.
 """
 
 from __future__ import annotations
@@ -159,6 +162,8 @@ class MutantsReport(BaseModel):
     # a part, those of the other parts are not_run, NOT_SELECTED) and the declared
     # configurations the grader could not run.
     reference_parts: int = 1
+    # Which of them this header is (0-based), before the parts are merged.
+    reference_part: int = 0
     reference_contracts: list[ContractResult] = Field(default_factory=list)
     configurations_not_run: dict[str, str] = Field(default_factory=dict)
 
@@ -373,7 +378,8 @@ def grade_reference(args: argparse.Namespace, packet: PacketSpec,
                   for check, files in by_check.items()},
         collected=collected_ids(args.hidden / "checks") or [],
         parts=1 if part is None else part[1],
-        grader_sha256=grader_source_sha256(), hidden_sha256=tree_sha256(args.hidden))
+        grader_sha256=grader_source_sha256(), hidden_sha256=tree_sha256(args.hidden)
+    ).model_copy(update={"reference_part": 0 if part is None else part[0]})
 
 
 def _reference_header(task_id: str, verdict: Verdict, contracts: list[ContractResult], *,
@@ -398,20 +404,29 @@ def merge_reference_parts(parts: list[MutantsReport], packet: PacketSpec) -> Mut
     for k < n, one grader container each): every contract as the part that ran it graded it,
     the verdict over them all, coverage joined; the wall time is the slowest part's.
 
-    A contract no part ran stays ``not_run``, so the merged reference cannot pass.
+    A contract no part ran stays ``not_run``, so the merged reference cannot pass; one that
+    two parts ran, or parts that are not exactly 0..n-1 of one split by one grading code on
+    one hidden tree in one image, are refused.
     """
+    if not parts:
+        raise GraderError("no part of the reference's grade to merge")
     first = parts[0]
-    if len(parts) != first.reference_parts or any(
+    same = (first.task_id, first.grader_source_sha256, first.hidden_tree_sha256,
+            first.collected, len(parts), first.configurations_not_run)
+    if sorted(p.reference_part for p in parts) != list(range(len(parts))) or any(
             (p.task_id, p.grader_source_sha256, p.hidden_tree_sha256, p.collected,
-             p.reference_parts) != (first.task_id, first.grader_source_sha256,
-                                    first.hidden_tree_sha256, first.collected, len(parts))
-            for p in parts):
+             p.reference_parts, p.configurations_not_run) != same for p in parts):
         raise GraderError("the reference's parts were not graded by one grading code, on one "
                           "hidden tree, as one split; grade the reference again")
     merged: dict[str, ContractResult] = {}
     for part in parts:
         for contract in part.reference_contracts:
-            if contract.id not in merged or merged[contract.id].reason == NOT_SELECTED:
+            if contract.reason == NOT_SELECTED and contract.outcome == "not_run":
+                merged.setdefault(contract.id, contract)
+            elif contract.id in merged and merged[contract.id].reason != NOT_SELECTED:
+                raise GraderError(f"{contract.id} was graded by two parts of the reference; "
+                                  "grade the reference again")
+            else:
                 merged[contract.id] = contract
     contracts = list(merged.values())
     not_run = first.configurations_not_run

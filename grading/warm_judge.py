@@ -1,9 +1,10 @@
 """Warm judges: a mutant's judge forked from a daemon that imported pytest and torch once.
 
-Why: every grade of a mutant runs the hidden checks in a new judge process (``python -m
-pytest``), and before its first check runs, that process spends 3-5 s importing pytest, torch
-and what the checks' conftest imports; a mutant killed by its first, short check took 9-12 s
-in all. Mutation analysis grades each mutant in its own ``grading.mutants`` process
+Why: every grade of a mutant runs the hidden checks in a new judge process (pytest, as
+``python -m grading.judge_main``), and before its first check runs, that process spends 3-5 s
+importing pytest, torch and what the checks' conftest imports; a mutant killed by its first,
+short check took 9-12 s in all. Mutation analysis grades each mutant in its own
+``grading.mutants`` process
 (``harness.mutant_pool``), so the judge's imports cannot be kept in that process.
 
 How: ``grading.mutants`` (mutant grades only, never the reference's or a session's) points this

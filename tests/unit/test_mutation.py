@@ -373,7 +373,7 @@ def test_the_reference_graded_in_parts_merges_into_one_header() -> None:
             task_id="tiny-regression", reference_verdict="incomplete",
             reference_duration_s=seconds, hidden_test_timeout_s=60.0 + k,
             grader_source_sha256="g", hidden_tree_sha256="h", collected=["t.py::a", "t.py::b"],
-            coverage=coverage, coverage_recorded=True, reference_parts=2,
+            coverage=coverage, coverage_recorded=True, reference_parts=2, reference_part=k,
             reference_contracts=contracts)
 
     first = part(0, [skipped("public-tests"), _contract("hidden:t.py::a", "pass", duration_s=4.0),
@@ -409,3 +409,26 @@ def test_the_reference_graded_in_parts_merges_into_one_header() -> None:
             update={"grader_source_sha256": "other"})], packet)
     with pytest.raises(GraderError, match="one split"):
         merge_reference_parts([first], packet)
+    with pytest.raises(GraderError, match="one split"):
+        merge_reference_parts([first, first], packet)
+    with pytest.raises(GraderError, match="one split"):
+        merge_reference_parts([first, second.model_copy(
+            update={"configurations_not_run": {"cuda-1": "no GPU"}})], packet)
+    with pytest.raises(GraderError, match="no part"):
+        merge_reference_parts([], packet)
+    # A check two parts both graded (one passing, one failing) is never settled by order.
+    both = second.model_copy(update={"reference_contracts": [
+        _contract("public-tests", "pass"), _contract("hidden:t.py::a", "fail"),
+        _contract("hidden:t.py::b", "pass")]})
+    with pytest.raises(GraderError, match="graded by two parts"):
+        merge_reference_parts([first, both], packet)
+
+
+def test_the_reference_parts_hold_every_check_exactly_once() -> None:
+    from grading.hidden import share_of
+
+    collected = [f"t.py::c{i}" for i in range(7)]
+    for n in range(1, 5):
+        parts = [share_of(collected, (k, n)) for k in range(n)]
+        assert sorted(c for part in parts for c in part) == sorted(collected), n
+        assert all(parts), n
