@@ -406,7 +406,7 @@ def merge_reference_parts(parts: list[MutantsReport], packet: PacketSpec) -> Mut
 
     A contract no part ran stays ``not_run``, so the merged reference cannot pass; one that
     two parts ran, or parts that are not exactly 0..n-1 of one split by one grading code on
-    one hidden tree in one image, are refused.
+    one hidden tree (with the same configurations it could not run), are refused.
     """
     if not parts:
         raise GraderError("no part of the reference's grade to merge")
