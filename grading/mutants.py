@@ -42,7 +42,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -374,19 +374,17 @@ def grade_reference(args: argparse.Namespace, packet: PacketSpec,
     return _reference_header(
         packet.id, ref.verdict, ref.contracts, duration_s=ref.duration_s,
         test_timeout_s=args.test_timeout_s, not_run=ref.configurations_not_run,
-        coverage={check: {path: sorted(lines) for path, lines in files.items()}
-                  for check, files in by_check.items()},
-        collected=collected_ids(args.hidden / "checks") or [],
-        parts=1 if part is None else part[1],
-        grader_sha256=grader_source_sha256(), hidden_sha256=tree_sha256(args.hidden)
-    ).model_copy(update={"reference_part": 0 if part is None else part[0]})
+        coverage=by_check, collected=collected_ids(args.hidden / "checks") or [],
+        part=part or (0, 1),
+        grader_sha256=grader_source_sha256(), hidden_sha256=tree_sha256(args.hidden))
 
 
 def _reference_header(task_id: str, verdict: Verdict, contracts: list[ContractResult], *,
                       duration_s: float, test_timeout_s: float, not_run: dict[str, str],
-                      coverage: dict[str, dict[str, list[int]]], collected: list[str],
-                      parts: int, grader_sha256: str, hidden_sha256: str) -> MutantsReport:
-    """The header of the reference's grade (or of one part of it)."""
+                      coverage: Mapping[str, Mapping[str, Iterable[int]]], collected: list[str],
+                      part: tuple[int, int], grader_sha256: str,
+                      hidden_sha256: str) -> MutantsReport:
+    """The header of the reference's grade, or of its ``part`` (k, n)."""
     durations = {c.id: float(c.evidence.get("duration_s") or 0.0) for c in contracts}
     test_timeout = test_timeout_s or max(60.0, 3 * max(durations.values(), default=0.0))
     return MutantsReport(
@@ -394,9 +392,11 @@ def _reference_header(task_id: str, verdict: Verdict, contracts: list[ContractRe
         reference_failing=[c.id for c in contracts if c.outcome not in ("pass", "not_run")],
         reference_duration_s=duration_s, hidden_test_timeout_s=round(test_timeout, 1),
         grader_source_sha256=grader_sha256, hidden_tree_sha256=hidden_sha256,
-        coverage_recorded=bool(coverage), reference_durations_s=durations, coverage=coverage,
-        collected=collected, reference_parts=parts, reference_contracts=contracts,
-        configurations_not_run=not_run)
+        coverage_recorded=bool(coverage), reference_durations_s=durations,
+        coverage={check: {path: sorted(lines) for path, lines in files.items()}
+                  for check, files in coverage.items()},
+        collected=collected, reference_part=part[0], reference_parts=part[1],
+        reference_contracts=contracts, configurations_not_run=not_run)
 
 
 def merge_reference_parts(parts: list[MutantsReport], packet: PacketSpec) -> MutantsReport:
@@ -443,9 +443,7 @@ def merge_reference_parts(parts: list[MutantsReport], packet: PacketSpec) -> Mut
         first.task_id, verdict, contracts,
         duration_s=max(p.reference_duration_s for p in parts),
         test_timeout_s=max(p.hidden_test_timeout_s for p in parts), not_run=not_run,
-        coverage={check: {path: sorted(lines) for path, lines in files.items()}
-                  for check, files in coverage.items()},
-        collected=first.collected, parts=len(parts),
+        coverage=coverage, collected=first.collected, part=(0, len(parts)),
         grader_sha256=first.grader_source_sha256, hidden_sha256=first.hidden_tree_sha256)
 
 

@@ -194,7 +194,8 @@ def facts_of(tmp_path: Path, name: str, path: Path) -> dict[str, Any]:
 # line and the initial environment block are the server's (the live environment is the
 # run's), its parent is the server, its stack has the server's frames below __main__, and the
 # preloaded modules are imported already (the same files, from the same site-packages), their
-# objects frozen out of the cyclic collector's sight (gc.freeze: they live until exit anyway).
+# objects frozen out of the cyclic collector's sight (gc.freeze: never collected, not listed
+# by gc.get_objects; no check or task uses gc).
 # The random draws differ between any two processes, fresh or warm (compared separately).
 SERVERS_OWN = ("gc_frozen", "cmdline", "orig_argv", "parent_threads", "parent_cmdline",
                "environ_block_keys", "stack_depth",
