@@ -603,6 +603,15 @@ def test_mutant_grades_run_the_public_tests_last_and_take_a_handed_on_collection
     hidden_log = logs / "hidden-checks.round-1.log"
     assert (logs / "public-tests.log").stat().st_mtime_ns >= hidden_log.stat().st_mtime_ns
 
+    # The public tests alone (how a kill by them after hidden checks is confirmed): no hidden
+    # check runs, and none is collected again.
+    alone = grade_in_process(calc_task, solved, tmp_path / "alone" / "out", hidden_tests=(),
+                             stop_at_first_failure=True)
+    outcomes_alone = {c.id: c.outcome for c in alone.contracts}
+    assert outcomes_alone.pop("public-tests") == "pass"
+    assert outcomes_alone and set(outcomes_alone.values()) == {"not_run"}
+    assert not list((tmp_path / "alone" / "out" / "logs").glob("hidden-checks.*"))
+
 
 def test_calc_hang_and_crash_are_per_test(calc_task: dict[str, Path], tmp_path: Path) -> None:
     token = f"grading-test-{uuid.uuid4().hex}"

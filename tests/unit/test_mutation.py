@@ -185,6 +185,18 @@ def test_classify_names_the_first_killer_and_the_import_crash() -> None:
                                         excerpt="ImportError while importing test module")],
                         True)
     assert imported.status == "crashed_at_import"
+    # Whichever contract saw it: a traceback whose innermost frame is a module's top level.
+    at_import = ('E   Traceback (most recent call last):\n'
+                 'E     File "/w/graded/train.py", line 3, in <module>\n'
+                 'E       from pkg.model import Model\n'
+                 'E     File "/w/graded/pkg/model.py", line 9, in <module>\n'
+                 'E       LIMIT = 1 / 0\n'
+                 'E   ZeroDivisionError: division by zero\n')
+    in_call = at_import.replace('line 9, in <module>', 'line 9, in forward')
+    for text, status in ((at_import, "crashed_at_import"), (in_call, "killed")):
+        graded = classify("m", [_contract("public-tests", "not_run"),
+                                _contract("hidden:t.py::a", "fail", excerpt=text)], True)
+        assert (graded.status, graded.killed_by) == (status, "hidden:t.py::a")
     assert classify("m", [], False).status == "not_applied"
 
 
@@ -254,6 +266,20 @@ def test_a_mutant_runs_the_checks_that_ran_its_statement_first_then_every_other(
     assert on_line_one.public and not on_line_one.public_last
     assert on_line_one.hidden == ("t.py::static", "t.py::slow", "t.py::other", "t.py::fast")
     assert on_line_one.not_covering() == 2
+    # Timed, they go first only if they cost no more than the cheapest check that ran it
+    # (t.py::static, 5 s); otherwise every covering check runs before them.
+    for public_s, first in ((5.0, True), (5.5, False), (60.0, False)):
+        timed = CoverageMap(by_check=coverage.by_check, durations=coverage.durations,
+                            public_s=public_s)
+        line_one = timed.select(MutantSpec(id="m", path="pkg/a.py", first_line=1, last_line=1))
+        assert (line_one.public_last, line_one.hidden) == (not first, on_line_one.hidden)
+        assert line_one.covering == on_line_one.covering
+    # Nothing else ran it: the public tests are the cheapest contract that did.
+    only_public = CoverageMap(by_check={trace.PUBLIC_KEY: {"/w/graded/pkg/a.py": {3}},
+                                        "t.py::slow": {"/w/graded/pkg/a.py": {1}}},
+                              durations={"t.py::slow": 1.0}, public_s=60.0)
+    assert not only_public.select(MutantSpec(id="m", path="pkg/a.py", first_line=3,
+                                             last_line=3)).public_last
     # A check missing from the coverage (its process never traced) counts as covering.
     unseen = CoverageMap(by_check={trace.PUBLIC_KEY: {}}, durations={"t.py::new": 1.0})
     assert unseen.select(spec).hidden == ("t.py::new",)
@@ -346,6 +372,19 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     confirmed_first = _confirm(first, every, regrade_to(first))
     assert confirmed_first.confirmed == "first" and confirmed_first.reason is None
     assert asked == []
+    # Killed by the public tests: first when they ran first (or alone), graded again alone
+    # when they ran after hidden checks (public_last).
+    by_public = MutantResult(id="m", status="killed", killed_by="public-tests",
+                             contracts_run=3, hidden_run=2)
+    assert _confirm(by_public, every, regrade_to(first)).confirmed == "first"
+    assert asked == []
+    public_last = Selection(public=True, hidden=every.hidden, public_last=True,
+                            covering=every.covering)
+    assert _confirm(by_public, public_last, regrade_to(by_public)).confirmed == "alone"
+    assert asked == [Selection(public=True, hidden=())]
+    after_checks = _confirm(by_public, public_last, regrade_to(passes_alone))
+    assert after_checks.status == "survived" and "alone it passes" in (after_checks.reason or "")
+    asked.clear()
     # A survivor ran every contract in its one grade: nothing graded again.
     survivor = MutantResult(id="m", status="survived", contracts_run=3, hidden_run=2)
     assert _confirm(survivor, every, regrade_to(first)).confirmed == "every_contract"
