@@ -157,8 +157,8 @@ def grade(opts: GradeOptions) -> GradeReport:
             sealed.make_readable_tree(readable)
         sealed.check_reachable(tree)
         graded_sha = tree_sha256(tree)
-        # Mutation analysis runs the public tests last when they never ran the mutated
-        # statement (they cost more than most checks; see grading.mutants).
+        # Mutation analysis runs the public tests last unless they are the cheapest contract
+        # that ran the mutated statement (see grading.mutants.CoverageMap.select).
         public = None if opts.public_tests_last else _public_contract(opts, layout)
         if public is not None and opts.stop_at_first_failure and \
                 public.outcome in FAILING_OUTCOMES:

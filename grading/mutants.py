@@ -14,12 +14,15 @@ each process given mutants with ``--only``), and each grade:
   at least 60 s), so a mutant that deadlocks a process group costs one limit, not the default;
 - runs every contract, those that executed the mutated statement while the reference was
   graded first (line coverage per check from ``grading.trace``), cheapest first by the
-  reference's timings; the public tests go first when they executed it, else last. A check
-  that never runs a statement cannot see a change to it, so a kill almost always comes from
-  the first group; the others still run, after them and in the same grade, so every survivor
-  has passed every contract. A mutant no check covers is flagged ``covered: false``;
+  reference's timings; the public tests go first only when they executed it and cost no
+  more than the cheapest check that did, else last. A check that never runs a statement
+  cannot see a change to it, so a kill almost always comes from the first group; the others
+  still run, after them and in the same grade, so every survivor has passed every contract.
+  A mutant no check covers is flagged ``covered: false``;
 - is checked in a setup the reference passed before it counts (``_confirm``): a kill after
-  other checks in the same pytest process is graded again with the killing check alone.
+  other checks (in the same pytest process, or the public tests after hidden checks) is graded
+  again with the killing contract alone; one that does not hold alone is not counted, and the
+  contracts its grade never reached are graded then.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
@@ -82,8 +85,10 @@ PASSING_REFERENCE: frozenset[str] = frozenset({"complete", "complete_on_cpu"})
 # pytest's words for a test module that could not be imported.
 _IMPORT_FAILURE = re.compile(
     r"ImportError while importing|ERROR collecting|errors during collection")
-# A traceback frame as Python prints it (a log's tail or a probe's, "E"-prefixed by pytest).
-_FRAME = re.compile(r'File "[^"\n]*", line \d+, in (\S+)')
+# A traceback and its frames as Python prints them (a log's tail or a probe's, which pytest
+# may prefix with "E").
+_TRACEBACK = "Traceback (most recent call last):"
+_FRAME = re.compile(r'File "([^"\n]*)", line \d+, in (\S+)')
 
 
 class MutantResult(BaseModel):
@@ -97,7 +102,7 @@ class MutantResult(BaseModel):
     reason: str | None = None
     excerpt: str | None = None
     contracts_run: int = 0
-    # Hidden checks among them (all in one pytest process, the killer last).
+    # Hidden checks among them (all in one pytest process; a hidden killer is the last).
     hidden_run: int = 0
     # Contracts that never ran the mutated statement in the reference's grade (they run after
     # the others; see the module doc).
@@ -175,8 +180,9 @@ class MutantsReport(BaseModel):
             indent=1, exclude={"coverage", "collected", "reference_contracts"}) + "\n"
 
 
-def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> MutantResult:
-    """The mutant's status from its (first-failure) grade."""
+def classify(mutant_id: str, contracts: list[ContractResult], applied: bool,
+             tree: str = "") -> MutantResult:
+    """The mutant's status from its (first-failure) grade of the graded tree ``tree``."""
     ran = [c for c in contracts if c.outcome not in ("not_run", "diff_rejected")]
     hidden_run = sum(c.kind == "hidden_check" for c in ran)
     if not applied:
@@ -197,7 +203,7 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> 
     if killer.outcome == "hang":
         status = "timed_out"
     elif (killer.id == PUBLIC_CONTRACT_ID and _IMPORT_FAILURE.search(text)) or \
-            _raised_at_module_level(text):
+            _raised_at_module_level(text, tree):
         status = "crashed_at_import"
     excerpt = text.strip()
     return MutantResult(
@@ -207,11 +213,14 @@ def classify(mutant_id: str, contracts: list[ContractResult], applied: bool) -> 
         contracts_run=len(ran), hidden_run=hidden_run)
 
 
-def _raised_at_module_level(text: str) -> bool:
-    """The last traceback in ``text`` ends in a module's top-level code: the candidate's code
-    raised while a module was imported (or a script started), whichever contract saw it."""
-    frames = _FRAME.findall(text)
-    return bool(frames) and frames[-1] == "<module>"
+def _raised_at_module_level(text: str, tree: str) -> bool:
+    """The last traceback in ``text`` ends in the top-level code of a file of the graded tree
+    ``tree``: that module raised while it was imported (or run as a script), whichever
+    contract showed it. Read from text, so only a label: it never changes what is detected."""
+    start = text.rfind(_TRACEBACK)
+    frames = _FRAME.findall(text[start:]) if tree and start >= 0 else []
+    return bool(frames) and frames[-1][1] == "<module>" and \
+        frames[-1][0].startswith(tree.rstrip("/") + "/")
 
 
 @dataclass(frozen=True)
@@ -228,6 +237,22 @@ class Selection:
     def not_covering(self) -> int:
         ids = [PUBLIC_CONTRACT_ID] if self.public else []
         return sum(c not in self.covering for c in ids + [HIDDEN_PREFIX + h for h in self.hidden])
+
+    def after(self, contract: str) -> Selection | None:
+        """What a grade stopped at ``contract`` never reached: the hidden checks after it, and
+        the public tests if they were to run last (None: nothing)."""
+        if contract == PUBLIC_CONTRACT_ID:
+            public, hidden = False, () if self.public_last else self.hidden
+        else:
+            name = contract[len(HIDDEN_PREFIX):]
+            if name not in self.hidden:
+                return None
+            public = self.public and self.public_last
+            hidden = self.hidden[self.hidden.index(name) + 1:]
+        if not public and not hidden:
+            return None
+        return Selection(public=public, hidden=hidden, public_last=True,
+                         covering=self.covering)
 
 
 @dataclass
@@ -264,8 +289,7 @@ class CoverageMap:
         they ran the statement and cost the reference no more than the cheapest hidden check
         that ran it, else last. Measured on moe-router and hybrid-arch, every mutant the
         public tests killed first was also killed by a covering hidden check, in 1.4-7.5 s
-        against their 8-40 s, import errors included (``classify`` names those wherever they
-        show)."""
+        against their 8-40 s."""
         lines = set(range(spec.first_line, spec.last_line + 1))
         by_cost = sorted(self.durations, key=lambda c: self.durations[c])
         covering = [c for c in by_cost if self.covers(c, spec.path, lines)]
@@ -336,7 +360,8 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
         # would count as a kill.
         raise GraderError(f"{mutant_id}: {why}; grade it again (or with --cold-start)")
     tally = read_tally(Layout(work).warm_tally)
-    return classify(mutant_id, graded.contracts, graded.diff.applied).model_copy(
+    return classify(mutant_id, graded.contracts, graded.diff.applied,
+                    str(Layout(work).graded)).model_copy(
         update={"processes_warm": tally.warm, "processes_fresh": tally.fresh,
                 "judges_warm": warm_judge.started() - judges})
 
@@ -349,9 +374,11 @@ def _confirm(result: MutantResult, ran: Selection,
     hidden check that ran after other checks in the same pytest process is graded again with
     that check alone (the reference passed each check alone), and a kill by the public tests
     that ran after hidden checks with the public tests alone: state another check left behind
-    must not count as a kill; if it passes alone the mutant is recorded as survived, which can
-    only lower the score. A kill by a contract that coverage said never runs the statement is
-    kept, with a note: coverage can miss code run without Python line events.
+    must not count as a kill. If the same contract does not fail again alone, the kill is not
+    counted and the contracts that grade never reached (``Selection.after``) are graded, their
+    result checked the same way: the mutant is killed by one of them or survives having run
+    every contract. A kill by a contract that coverage said never runs the statement is kept,
+    with a note: coverage can miss code run without Python line events.
     """
     if result.status == "survived":
         return result if result.reason else result.model_copy(
@@ -362,7 +389,8 @@ def _confirm(result: MutantResult, ran: Selection,
         result = result.model_copy(update={
             "reason": "killed by a check that coverage said never runs the statement "
                       f"({result.killed_by})"})
-    if result.killed_by == PUBLIC_CONTRACT_ID:
+    killer = result.killed_by or ""
+    if killer == PUBLIC_CONTRACT_ID:
         if not ran.public_last or result.hidden_run == 0:
             return result.model_copy(update={"confirmed": "first"})
         # They ran after hidden checks whose runs may have left something behind; the
@@ -371,13 +399,21 @@ def _confirm(result: MutantResult, ran: Selection,
     elif result.hidden_run <= 1:
         return result.model_copy(update={"confirmed": "first"})
     else:
-        alone = Selection(public=False, hidden=((result.killed_by or "")[len(HIDDEN_PREFIX):],))
-    if regrade(alone).status in DETECTED:
+        alone = Selection(public=False, hidden=(killer[len(HIDDEN_PREFIX):],))
+    again = regrade(alone)
+    if again.status in DETECTED and again.killed_by == killer:
         return result.model_copy(update={"confirmed": "alone"})
+    not_counted = (f"{killer} failed only after other checks had run; alone it passes, so "
+                   "the kill is not counted")
+    rest = ran.after(killer)
+    later = _confirm(regrade(rest), rest, regrade) if rest is not None else None
+    if later is not None and later.status in DETECTED:
+        return later.model_copy(update={"reason": "; ".join(
+            r for r in (not_counted, later.reason) if r)})
     return result.model_copy(update={
-        "status": "survived", "confirmed": "alone",
-        "reason": f"{result.killed_by} failed only after other checks had run; "
-                  "alone it passes, so the kill is not counted"})
+        "status": "survived", "confirmed": "alone", "killed_by": None, "outcome": None,
+        "configurations": [], "reason": "; ".join(
+            r for r in (not_counted, later.reason if later else None) if r)})
 
 
 def _fresh(path: Path) -> Path:

@@ -282,6 +282,10 @@ def render_markdown(report: OracleStrengthReport) -> str:
                     else ": not graded)")
             elif every_ran:
                 mark += " (every contract ran on it: it survived them all)"
+            elif e.result.confirmed == "alone" and e.result.killed_by is None:
+                # _confirm since 2026-12-02: the kill did not hold alone, the rest then ran.
+                mark += (f" ({e.result.reason}; the contracts its grade had not reached then "
+                         "ran on it)")
             elif report.coverage_per_check:
                 mark += (f" (ran the {e.result.contracts_run} contract(s) that execute this "
                          f"statement; {e.result.contracts_not_covering} never do; not graded "

@@ -185,7 +185,8 @@ def test_classify_names_the_first_killer_and_the_import_crash() -> None:
                                         excerpt="ImportError while importing test module")],
                         True)
     assert imported.status == "crashed_at_import"
-    # Whichever contract saw it: a traceback whose innermost frame is a module's top level.
+    # Whichever contract saw it: the last traceback's innermost frame is the top level of a
+    # file of the graded tree.
     at_import = ('E   Traceback (most recent call last):\n'
                  'E     File "/w/graded/train.py", line 3, in <module>\n'
                  'E       from pkg.model import Model\n'
@@ -193,10 +194,20 @@ def test_classify_names_the_first_killer_and_the_import_crash() -> None:
                  'E       LIMIT = 1 / 0\n'
                  'E   ZeroDivisionError: division by zero\n')
     in_call = at_import.replace('line 9, in <module>', 'line 9, in forward')
-    for text, status in ((at_import, "crashed_at_import"), (in_call, "killed")):
+    not_the_tree = ('Traceback (most recent call last):\n'
+                    '  File "<string>", line 1, in <module>\n'
+                    'AssertionError\n')
+    earlier = at_import + ("During handling of the above exception, another exception "
+                           "occurred:\n\n") + in_call
+    for text, status in ((at_import, "crashed_at_import"), (in_call, "killed"),
+                         (not_the_tree, "killed"), (earlier, "killed")):
         graded = classify("m", [_contract("public-tests", "not_run"),
-                                _contract("hidden:t.py::a", "fail", excerpt=text)], True)
+                                _contract("hidden:t.py::a", "fail", excerpt=text)], True,
+                          "/w/graded")
         assert (graded.status, graded.killed_by) == (status, "hidden:t.py::a")
+    # The graded tree unknown: only the public tests' own words count.
+    assert classify("m", [_contract("hidden:t.py::a", "fail", excerpt=at_import)],
+                    True).status == "killed"
     assert classify("m", [], False).status == "not_applied"
 
 
@@ -364,8 +375,14 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     # ... by a check coverage said never runs the statement: kept, with a note.
     assert "coverage said never runs" in (kept.reason or "")
     passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
-    dropped = _confirm(killed_second, every, regrade_to(passes_alone))
-    assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
+    # ... not again alone (passes, or another contract fails): not counted. The grade stopped
+    # at t.py::b, the last check, and the public tests ran first: nothing else to grade.
+    for again in (passes_alone, killed_second.model_copy(update={"killed_by": "hidden:t.py::a"})):
+        asked.clear()
+        dropped = _confirm(killed_second, every, regrade_to(again))
+        assert dropped.status == "survived" and "alone it passes" in (dropped.reason or "")
+        assert (dropped.confirmed, dropped.killed_by) == ("alone", None)
+        assert asked == [Selection(public=False, hidden=("t.py::b",))]
     # Killed by the first check of its process: the reference's own setup, nothing rerun.
     asked.clear()
     first = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", hidden_run=1)
@@ -384,6 +401,31 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     assert asked == [Selection(public=True, hidden=())]
     after_checks = _confirm(by_public, public_last, regrade_to(passes_alone))
     assert after_checks.status == "survived" and "alone it passes" in (after_checks.reason or "")
+    asked.clear()
+    # A kill that does not hold alone: what its grade never reached is graded then (the checks
+    # after the killer, the public tests when they were to run last), checked the same way.
+    three = Selection(public=True, hidden=("t.py::a", "t.py::b", "t.py::c"), public_last=True)
+    by_b = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b", hidden_run=2)
+    by_c = MutantResult(id="m", status="killed", killed_by="hidden:t.py::c", hidden_run=1)
+    answers = iter([passes_alone, by_c])
+
+    def scripted(selection: Selection) -> MutantResult:
+        asked.append(selection)
+        return next(answers)
+    assert three.after("public-tests") is None
+    assert three.after("hidden:t.py::c") == Selection(public=True, hidden=(), public_last=True)
+    assert Selection(public=True, hidden=("t.py::a",)).after("hidden:t.py::a") is None
+    moved = _confirm(by_b, three, scripted)
+    assert asked == [Selection(public=False, hidden=("t.py::b",)),
+                     Selection(public=True, hidden=("t.py::c",), public_last=True)]
+    assert (moved.status, moved.killed_by, moved.confirmed) == ("killed", "hidden:t.py::c",
+                                                                "first")
+    assert "hidden:t.py::b failed only after other checks" in (moved.reason or "")
+    asked.clear()
+    answers = iter([passes_alone, MutantResult(id="m", status="survived", hidden_run=1)])
+    kept_alive = _confirm(by_b, three, scripted)
+    assert (kept_alive.status, kept_alive.confirmed) == ("survived", "alone")
+    assert len(asked) == 2
     asked.clear()
     # A survivor ran every contract in its one grade: nothing graded again.
     survivor = MutantResult(id="m", status="survived", contracts_run=3, hidden_run=2)
