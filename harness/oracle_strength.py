@@ -381,6 +381,22 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     return header
 
 
+def mutant_spec(mutant: Mutant) -> MutantSpec:
+    """What the grader needs to know of a mutant: its id and the lines it changes."""
+    return MutantSpec(id=mutant.id, path=mutant.path, first_line=mutant.first_line,
+                      last_line=mutant.last_line)
+
+
+def write_mutants(folder: Path, mutants: list[Mutant]) -> None:
+    """``folder`` as ``grading.mutants --mutants`` reads it: ``index.json`` (the specs, in
+    grading order) and ``<id>.diff``."""
+    folder.mkdir()
+    (folder / "index.json").write_text(json.dumps([mutant_spec(m).model_dump()
+                                                   for m in mutants]))
+    for m in mutants:
+        (folder / f"{m.id}.diff").write_text(m.diff)
+
+
 def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
                     report_dir: Path, *, limit: int | None = None, seed: int = 0,
                     operators: set[str] | None = None, ids: set[str] | None = None,
@@ -405,12 +421,7 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
             raise HarnessError(f"no mutant of {task}'s reference could be generated",
                                "the reference changes no Python line")
         folder = Path(tmp) / "mutants"
-        folder.mkdir()
-        (folder / "index.json").write_text(json.dumps([
-            MutantSpec(id=m.id, path=m.path, first_line=m.first_line,
-                       last_line=m.last_line).model_dump() for m in mutants]))
-        for m in mutants:
-            (folder / f"{m.id}.diff").write_text(m.diff)
+        write_mutants(folder, mutants)
         reference_diff = Path(tmp) / "reference.diff"
         reference_diff.write_bytes(reference)
         # What the results must be bound to: the grading code and hidden tree sent, as they

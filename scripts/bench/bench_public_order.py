@@ -38,13 +38,12 @@ from grading.mutants import (
     RESULTS_NAME,
     CoverageMap,
     MutantResult,
-    MutantSpec,
 )
 from harness import images
 from harness.grade import INPUT_DIR, JUDGE_USER, OUTPUT_DIR, grader_sandbox, send_inputs
 from harness.mutant_pool import MutantInputs
 from harness.mutation import generate_mutants
-from harness.oracle_strength import _reference, load_equivalents
+from harness.oracle_strength import _reference, load_equivalents, mutant_spec, write_mutants
 from harness.paths import REPO_ROOT
 from harness.workspace import snapshot_baseline
 
@@ -75,12 +74,7 @@ def main() -> int:
         snapshot_baseline(packet / "repo", tmp / "baseline")
         mutants = generate_mutants(tmp / "baseline", reference, limit=None, seed=args.seed)
         folder = tmp / "mutants"
-        folder.mkdir()
-        (folder / "index.json").write_text(json.dumps([
-            MutantSpec(id=m.id, path=m.path, first_line=m.first_line,
-                       last_line=m.last_line).model_dump() for m in mutants]))
-        for m in mutants:
-            (folder / f"{m.id}.diff").write_text(m.diff)
+        write_mutants(folder, mutants)
         (tmp / "reference.diff").write_bytes(reference)
         inputs = MutantInputs(baseline=tmp / "baseline", packet_yaml=packet / "packet.yaml",
                               hidden=hidden, reference_diff=tmp / "reference.diff",
@@ -96,9 +90,7 @@ def main() -> int:
         equivalent = load_equivalents(REPO_ROOT / "reports" / "oracle-strength" /
                                       f"{args.task}.equivalent.yaml")
         public_ran = [m for m in mutants if m.id not in equivalent and
-                      PUBLIC_CONTRACT_ID in coverage.select(MutantSpec(
-                          id=m.id, path=m.path, first_line=m.first_line,
-                          last_line=m.last_line)).covering]
+                      PUBLIC_CONTRACT_ID in coverage.select(mutant_spec(m)).covering]
         sample = random.Random(args.seed).sample(public_ran, min(args.limit, len(public_ran)))
         print(f"{args.task}: the statements of {len(public_ran)} of {len(mutants)} mutants (not "
               f"marked equivalent) ran in the public tests; grading {len(sample)} both ways")
