@@ -306,7 +306,7 @@ def _cache_key(inputs: MutantInputs, image: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _reference(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
+def reference_header(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
                parts: int, log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
     """The reference's header: from the cache when an earlier run graded these very inputs
     (and ``reuse``), else graded now and cached. True when it was reused."""
@@ -347,7 +347,7 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
     be rescored."""
     t0 = time.monotonic()
     # The reference's checks are shared among as many containers as will grade the mutants.
-    header, reused = _reference(inputs, cache_dir, out_dir, reuse=reuse_reference,
+    header, reused = reference_header(inputs, cache_dir, out_dir, reuse=reuse_reference,
                                 parts=workers, log=log)
     header.reference_reused, header.workers = reused, workers
     header.warm_start = inputs.warm_start

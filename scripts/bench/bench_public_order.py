@@ -43,7 +43,7 @@ from harness import images
 from harness.grade import INPUT_DIR, JUDGE_USER, OUTPUT_DIR, grader_sandbox, send_inputs
 from harness.mutant_pool import MutantInputs
 from harness.mutation import generate_mutants
-from harness.oracle_strength import _reference, load_equivalents, mutant_spec, write_mutants
+from harness.oracle_strength import load_equivalents, mutant_spec, reference_header, write_mutants
 from harness.paths import REPO_ROOT
 from harness.workspace import snapshot_baseline
 
@@ -83,7 +83,7 @@ def main() -> int:
         # The reference's header as a run of this grading code caches it (graded now if no
         # run did yet; not counted below).
         cache_dir = REPO_ROOT / "runs" / "oracle-strength" / args.task / "reference-cache"
-        header, _ = _reference(inputs, cache_dir, tmp, reuse=True, parts=2, log=print)
+        header, _ = reference_header(inputs, cache_dir, tmp, reuse=True, parts=2, log=print)
         cache = tmp / REFERENCE_NAME
         cache.write_text(header.model_dump_json())
         coverage = CoverageMap.of(header)
