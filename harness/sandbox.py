@@ -320,14 +320,7 @@ class Sandbox:
                 self.volume = self.volume or self.client.volumes.get(self.name)
         self._started = False
         if self.container is not None:
-            try:
-                self.container.remove(force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                # Someone else (e.g. `harness cleanup`) is removing it already: that is fine.
-                if exc.status_code != 409:
-                    raise
+            _remove_container(self.container)
             self.container = None
         if self.volume is not None:
             with contextlib.suppress(docker.errors.NotFound):
@@ -573,6 +566,32 @@ class Sandbox:
                               inodes_free=inodes)
 
 
+def _remove_container(container: Any, wait_s: float = 60.0) -> bool:
+    """Remove ``container``; True once it is gone, False when it already was.
+
+    Two cleanups can run at once (two operators, a study's housekeeping and a host-wide
+    ``harness cleanup``): the daemon answers the second with 409 "removal ... already in
+    progress", which is not a failure, so wait for the first removal to finish instead."""
+    try:
+        container.remove(force=True, v=True)
+        return True
+    except docker.errors.NotFound:
+        return False
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:
+            raise
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return True
+        time.sleep(0.5)
+    raise HarnessError(f"container {container.name} is still being removed after {wait_s:.0f} s",
+                       "check `docker ps -a` and the daemon's log, then run "
+                       "`harness cleanup` again")
+
+
 class OrphanReport(BaseModel):
     containers: list[str] = Field(default_factory=list)
     volumes: list[str] = Field(default_factory=list)
@@ -607,10 +626,8 @@ def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False,
     report = OrphanReport()
     wanted = [MANAGED_LABEL, *(f"{k}={v}" for k, v in (labels or {}).items())]
     for container in client.containers.list(all=True, filters={"label": wanted}):
-        if include_live or not owner_alive(container.labels):
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True, v=True)
-                report.containers.append(container.name)
+        if (include_live or not owner_alive(container.labels)) and _remove_container(container):
+            report.containers.append(container.name)
     for volume in client.volumes.list(filters={"label": wanted}):
         labels = volume.attrs.get("Labels") or {}
         if include_live or not owner_alive(labels):

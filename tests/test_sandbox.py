@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import uuid
 from pathlib import Path
 
 import docker
@@ -160,18 +162,58 @@ def test_container_and_volume_removed_on_every_path_out(
 
 
 def test_cleanup_removes_only_orphans(client: docker.DockerClient, control_image: str) -> None:
-    live = Sandbox(client, control_image, labels={TEST_LABEL: "1"}).start()
-    orphan = Sandbox(client, control_image, labels={TEST_LABEL: "1"})
+    # Scoped to this test's own label: other tests on the host have orphans of their own.
+    # A host-wide `harness cleanup` run by another test may still remove this orphan first,
+    # so what is asserted is the end state, and that only this label was touched.
+    mine = {TEST_LABEL: "1", "org.harness.test-case": uuid.uuid4().hex}
+    live = Sandbox(client, control_image, labels=mine).start()
+    orphan = Sandbox(client, control_image, labels=mine)
     orphan.labels["org.harness.owner-pid"] = "999999999"  # no such process
     orphan.start()
     try:
-        report = cleanup_orphans(client)
-        assert orphan.name in report.containers and orphan.name in report.volumes
-        assert live.name not in report.containers
+        report = cleanup_orphans(client, labels=mine)
+        assert set(report.containers) <= {orphan.name}
+        assert set(report.volumes) <= {orphan.name}
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(orphan.name)
+        with pytest.raises(docker.errors.NotFound):
+            client.volumes.get(orphan.name)
         assert client.containers.get(live.name).status == "running"
     finally:
         live.close()
         orphan.close()
+
+
+def test_two_cleanups_at_once_both_succeed(client: docker.DockerClient, control_image: str) -> None:
+    # The daemon answers the second removal of one container with 409 "already in
+    # progress": a concurrent cleanup waits for it instead of failing.
+    mine = {TEST_LABEL: "1", "org.harness.test-case": uuid.uuid4().hex}
+    orphans = []
+    for _ in range(3):
+        box = Sandbox(client, control_image, labels=mine)
+        box.labels["org.harness.owner-pid"] = "999999999"
+        orphans.append(box.start())
+    reports: list[object] = []
+
+    def clean() -> None:
+        try:
+            reports.append(cleanup_orphans(client, labels=mine))
+        except Exception as exc:  # the assertion below names it
+            reports.append(exc)
+
+    threads = [threading.Thread(target=clean) for _ in range(2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert all(not isinstance(r, Exception) for r in reports), reports
+        for box in orphans:
+            with pytest.raises(docker.errors.NotFound):
+                client.containers.get(box.name)
+    finally:
+        for box in orphans:
+            box.close()
 
 
 def test_gpu_requests_name_explicit_devices_from_exclusive_slots(
