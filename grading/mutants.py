@@ -342,11 +342,10 @@ def _warm_daemons(args: argparse.Namespace) -> Path | None:
 
 
 def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
-                  header: MutantsReport, mutant_id: str, spent: list[float],
+                  header: MutantsReport, mutant_id: str, grades: list[MutantResult],
                   selection: Selection) -> MutantResult:
     """One grade of the mutant with these contracts (the per-test limit and the
-    configurations this grader cannot run are the reference's), its time added to
-    ``spent``."""
+    configurations this grader cannot run are the reference's), added to ``grades``."""
     m0 = time.monotonic()
     work = _fresh(scratch / "work")
     judges = warm_judge.started()
@@ -354,16 +353,18 @@ def _grade_mutant(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
                             _fresh(scratch / "out"), work,
                             selection=selection, test_timeout_s=header.hidden_test_timeout_s,
                             not_run=header.configurations_not_run))
-    spent.append(time.monotonic() - m0)
+    elapsed = time.monotonic() - m0
     if why := warm_judge.failure():
         # Its judge was killed with the session: the checks it left read as crashes, which
         # would count as a kill.
         raise GraderError(f"{mutant_id}: {why}; grade it again (or with --cold-start)")
     tally = read_tally(Layout(work).warm_tally)
-    return classify(mutant_id, graded.contracts, graded.diff.applied,
-                    str(Layout(work).graded)).model_copy(
-        update={"processes_warm": tally.warm, "processes_fresh": tally.fresh,
-                "judges_warm": warm_judge.started() - judges})
+    result = classify(mutant_id, graded.contracts, graded.diff.applied,
+                      str(Layout(work).graded)).model_copy(
+        update={"duration_s": round(elapsed, 2), "processes_warm": tally.warm,
+                "processes_fresh": tally.fresh, "judges_warm": warm_judge.started() - judges})
+    grades.append(result)
+    return result
 
 
 def _confirm(result: MutantResult, ran: Selection,
@@ -545,16 +546,20 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
     every = Selection(public=True, hidden=tuple(sorted(durations, key=lambda c: durations[c])))
     results = []
     for n, spec in enumerate(specs, 1):
-        spent: list[float] = []
+        grades: list[MutantResult] = []
         regrade = functools.partial(_grade_mutant, args, packet, scratch, header, spec.id,
-                                    spent)
+                                    grades)
         selection = coverage.select(spec) if coverage.by_check else every
         result = regrade(selection)
         if coverage.by_check:
             result.contracts_not_covering = selection.not_covering()
             result.covered = bool(selection.covering)
         result = _confirm(result, selection, regrade)
-        result.duration_s = round(sum(spent), 2)
+        # Time and process counts over every grade the result took (its confirmations too).
+        result.duration_s = round(sum(g.duration_s for g in grades), 2)
+        result.processes_warm = sum(g.processes_warm for g in grades)
+        result.processes_fresh = sum(g.processes_fresh for g in grades)
+        result.judges_warm = sum(g.judges_warm for g in grades)
         results.append(result)
         on_result(n, result)
     return results

@@ -89,6 +89,8 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert all(e.result.judges_warm > 0 for e in report.entries), [
         (e.mutant.id, e.result.judges_warm) for e in report.entries]
     assert "forked from the worker's judge daemon" in markdown
+    # A kill confirmed alone took a second grade, and a second judge: both are counted.
+    assert killed.judges_warm == (2 if killed.confirmed == "alone" else 1), killed
     assert {p.stem for p in (run_dir / "logs").glob("*.log")} == set(entries)
 
     # Again, same grading code, image, hidden tree and reference: the reference's grade is
