@@ -113,16 +113,17 @@ class MutantResult(BaseModel):
     # graded the contracts coverage left out in a second grade), "full_grade" (runs before
     # 2026-12-01: a survivor graded again with every contract in one grade); None: not checked.
     confirmed: Literal["first", "alone", "every_contract", "full_grade"] | None = None
+    # Seconds, and below the processes, over every grade the result took (its confirmations
+    # too; before 2026-12-02 a confirmation's processes and judge were not counted).
     duration_s: float = 0.0
     # False: no line of the mutated statement ran in any process of the reference's grade
     # (graded with every contract all the same, in case coverage missed something).
     covered: bool = True
-    # Candidate Python processes started warm (grading.warm_start) and fresh by the grade that
-    # gave this result.
+    # Candidate Python processes started warm (grading.warm_start) and fresh.
     processes_warm: int = 0
     processes_fresh: int = 0
-    # Judge processes (the hidden checks' pytest) of this result's grades forked from the
-    # worker's warm judge daemon (grading.warm_judge) rather than started fresh.
+    # Judge processes (the hidden checks' pytest) forked from the worker's warm judge daemon
+    # (grading.warm_judge) rather than started fresh.
     judges_warm: int = 0
 
 
@@ -417,6 +418,16 @@ def _confirm(result: MutantResult, ran: Selection,
             r for r in (not_counted, later.reason if later else None) if r)})
 
 
+def over_every_grade(result: MutantResult, grades: list[MutantResult]) -> MutantResult:
+    """``result`` with its time and process counts summed over ``grades``, every grade the
+    mutant took (the first, and those ``_confirm`` asked for)."""
+    return result.model_copy(update={
+        "duration_s": round(sum(g.duration_s for g in grades), 2),
+        "processes_warm": sum(g.processes_warm for g in grades),
+        "processes_fresh": sum(g.processes_fresh for g in grades),
+        "judges_warm": sum(g.judges_warm for g in grades)})
+
+
 def _fresh(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -554,12 +565,7 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
         if coverage.by_check:
             result.contracts_not_covering = selection.not_covering()
             result.covered = bool(selection.covering)
-        result = _confirm(result, selection, regrade)
-        # Time and process counts over every grade the result took (its confirmations too).
-        result.duration_s = round(sum(g.duration_s for g in grades), 2)
-        result.processes_warm = sum(g.processes_warm for g in grades)
-        result.processes_fresh = sum(g.processes_fresh for g in grades)
-        result.judges_warm = sum(g.judges_warm for g in grades)
+        result = over_every_grade(_confirm(result, selection, regrade), grades)
         results.append(result)
         on_result(n, result)
     return results

@@ -97,11 +97,12 @@ class SessionInterrupted(EventData):
 
 
 class SessionError(EventData):
-    """A harness error (with its traceback) or a failure to produce the diff (``phase``)."""
+    """A harness error (with its traceback), or a failure to produce the diff or to remove the
+    sandbox at the end (``phase``)."""
 
     error: Text
     traceback: Text | None = None
-    phase: Literal["diff"] | None = None
+    phase: Literal["diff", "sandbox"] | None = None
 
 
 class SessionEnd(EventData):

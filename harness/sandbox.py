@@ -570,29 +570,38 @@ def _remove_container(container: Any, wait_s: float = 60.0) -> bool:
     """Remove ``container``; True once it is gone, False when it already was.
 
     Two cleanups can run at once (two operators, a study's housekeeping and a host-wide
-    ``harness cleanup``): the daemon answers the second with 409 "removal ... already in
-    progress", which is not a failure, so wait for the first removal to finish instead."""
-    try:
-        container.remove(force=True, v=True)
-        return True
-    except docker.errors.NotFound:
-        return False
-    except docker.errors.APIError as exc:
-        if exc.status_code != 409:
-            raise
+    ``harness cleanup``): the daemon answers the second with 409 "removal of container ... is
+    already in progress", which is not a failure, so wait for the first removal to end. If it
+    ends with the container still there (that removal failed), remove it again, so that the
+    caller sees the daemon's own error rather than a wait that never ends."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while True:
         try:
-            container.reload()
-        except docker.errors.NotFound:
+            container.remove(force=True, v=True)
             return True
-        time.sleep(0.5)
-    raise HarnessError(f"container {container.name} is still being removed after {wait_s:.0f} s",
-                       "check `docker ps -a` and the daemon's log, then run "
-                       "`harness cleanup` again")
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or "already in progress" not in str(exc.explanation):
+                raise
+        while True:
+            if time.monotonic() > deadline:
+                raise HarnessError(
+                    f"container {container.name} is still being removed after {wait_s:.0f} s",
+                    "check `docker ps -a` and the daemon's log, then run `harness cleanup` "
+                    "again")
+            time.sleep(0.5)
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return True
+            if container.status != "removing":
+                break  # the other removal ended and left it: try again
 
 
 class OrphanReport(BaseModel):
+    """What a cleanup found gone: removed by it, or by a cleanup that ran at the same time."""
+
     containers: list[str] = Field(default_factory=list)
     volumes: list[str] = Field(default_factory=list)
 
@@ -625,13 +634,23 @@ def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False,
     those that also carry ``labels``, when given)."""
     report = OrphanReport()
     wanted = [MANAGED_LABEL, *(f"{k}={v}" for k, v in (labels or {}).items())]
+    failed: list[Exception] = []
     for container in client.containers.list(all=True, filters={"label": wanted}):
-        if (include_live or not owner_alive(container.labels)) and _remove_container(container):
-            report.containers.append(container.name)
+        if include_live or not owner_alive(container.labels):
+            # One container that cannot go must not keep the others (and the volumes) here.
+            try:
+                if _remove_container(container):
+                    report.containers.append(container.name)
+            except (HarnessError, docker.errors.APIError) as exc:
+                failed.append(exc)
     for volume in client.volumes.list(filters={"label": wanted}):
         labels = volume.attrs.get("Labels") or {}
         if include_live or not owner_alive(labels):
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 volume.remove(force=True)
                 report.volumes.append(volume.name)
+    if failed:
+        raise HarnessError(f"{len(failed)} container(s) could not be removed (first: "
+                           f"{failed[0]})", "check `docker ps -a` and the daemon's log, then "
+                           "run `harness cleanup` again")
     return report

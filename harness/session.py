@@ -262,8 +262,16 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
         raise
     finally:
         if sandbox is not None:
-            sandbox.close()
-            transcript.append("sandbox_removed", {"container": sandbox.name})
+            # The record is written whatever happens here: a container that will not go is
+            # said in the transcript and left to `harness cleanup` (its owner is then dead).
+            try:
+                sandbox.close()
+                transcript.append("sandbox_removed", {"container": sandbox.name})
+            except Exception as exc:
+                transcript.append("error", {"error": f"removing {sandbox.name}: "
+                                            f"{type(exc).__name__}: {exc}", "phase": "sandbox"})
+                log(f"warning: container {sandbox.name} was not removed ({exc}); run "
+                    "`harness cleanup` once this session has ended")
         record.usage = ledger.snapshot()
         record.ended_at = utc_timestamp()
         transcript.append("session_end", {"status": record.status, "outcome": record.outcome,

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from harness.gpu_slots import GpuSlots
-from harness.sandbox import Sandbox, SandboxLimits, cleanup_orphans
+from harness.sandbox import OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
 from tests.conftest import TEST_LABEL
 
 
@@ -193,7 +193,7 @@ def test_two_cleanups_at_once_both_succeed(client: docker.DockerClient, control_
         box = Sandbox(client, control_image, labels=mine)
         box.labels["org.harness.owner-pid"] = "999999999"
         orphans.append(box.start())
-    reports: list[object] = []
+    reports: list[OrphanReport | Exception] = []
 
     def clean() -> None:
         try:
@@ -201,13 +201,17 @@ def test_two_cleanups_at_once_both_succeed(client: docker.DockerClient, control_
         except Exception as exc:  # the assertion below names it
             reports.append(exc)
 
-    threads = [threading.Thread(target=clean) for _ in range(2)]
+    threads = [threading.Thread(target=clean, daemon=True) for _ in range(2)]
     try:
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=120)
-        assert all(not isinstance(r, Exception) for r in reports), reports
+            thread.join(timeout=300)
+        assert not any(t.is_alive() for t in threads), "a cleanup never returned"
+        assert len(reports) == 2 and all(isinstance(r, OrphanReport) for r in reports), reports
+        # Between them (each says what it found gone), every orphan is reported.
+        assert {b.name for b in orphans} <= {n for r in reports if isinstance(r, OrphanReport)
+                                             for n in r.containers}
         for box in orphans:
             with pytest.raises(docker.errors.NotFound):
                 client.containers.get(box.name)

@@ -16,6 +16,8 @@ import pytest
 from grading.hashing import file_sha256
 from harness import events, records
 from harness.agent.tools import ToolRunner
+from harness.errors import HarnessError
+from harness.sandbox import Sandbox
 from harness.session import SessionOptions, run_session
 from harness.transcript import read_events, verify
 from tests.conftest import session_containers, write_script, write_study
@@ -102,6 +104,36 @@ def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
     record = records.read_record(attempt)
     assert record.outcome == "harness_error" and "injected failure" in (record.error or "")
     assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
+
+
+def test_a_sandbox_that_will_not_go_still_leaves_the_record(
+    tmp_path: Path, client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon refuses the removal (here: the real removal runs, then an error is raised as
+    # a daemon's would be): the record and the rest of the transcript are written all the
+    # same, the failure said in both the transcript and the log.
+    real_close = Sandbox.close
+
+    def refusing_close(self: Sandbox) -> None:
+        real_close(self)
+        raise HarnessError("container harness-x is still being removed after 60 s")
+
+    monkeypatch.setattr(Sandbox, "close", refusing_close)
+    said: list[str] = []
+    study = write_study(tmp_path)
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=said.append)
+    record = records.read_record(attempt)
+    assert record.status == "finished" and record.diff is not None
+    transcript = attempt / records.TRANSCRIPT_NAME
+    assert verify(transcript).ok
+    kinds = [e.kind for e in read_events(transcript)]
+    assert "sandbox_removed" not in kinds and kinds[-1] == "session_end"
+    failed = [e for e in read_events(transcript) if e.kind == "error"]
+    assert [e.data["phase"] for e in failed] == ["sandbox"]
+    assert "still being removed" in failed[0].data["error"]
+    assert any("harness cleanup" in line for line in said)
     assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
 
 

@@ -26,7 +26,7 @@ from harness.grade import JUDGE_USER, grader_sandbox
 from harness.sandbox import Sandbox
 
 CHILD = r'''
-import ctypes, gc, json, os, subprocess, sys
+import ctypes, gc, json, os, sys
 from grading.warm_start import PRELOAD
 EXTRA = sys.argv[1:]
 for name in (*PRELOAD, *EXTRA):
@@ -56,7 +56,7 @@ def child_cpu(keep: bool) -> float:
 
 SIDES = json.loads(os.environ["SIDES"])
 times = {side: [] for side in SIDES}
-for _ in range(REPS):
+for _ in range(int(os.environ["REPS"])):
     for side in SIDES:
         times[side].append(child_cpu(keep=side == "kept"))
 print(json.dumps(times))
@@ -64,9 +64,8 @@ print(json.dumps(times))
 
 
 def _run(box: Sandbox, sides: list[str], *extra: str, reps: int) -> dict[str, list[float]]:
-    result = box.exec(["env", f"SIDES={json.dumps(sides)}", "python", "-c",
-                       CHILD.replace("REPS", str(reps)), *extra], timeout_s=1200,
-                      user=JUDGE_USER)
+    result = box.exec(["env", f"SIDES={json.dumps(sides)}", f"REPS={reps}", "python", "-c",
+                       CHILD, *extra], timeout_s=1200, user=JUDGE_USER)
     assert result.exit_code == 0, result.output[-2000:]
     return json.loads(result.output.strip().splitlines()[-1])
 

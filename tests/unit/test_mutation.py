@@ -436,6 +436,30 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     assert asked == []
 
 
+def test_a_result_counts_every_grade_it_took() -> None:
+    from grading.mutants import MutantResult, Selection, _confirm, over_every_grade
+
+    # Killed by t.py::b after t.py::a; alone t.py::b passes; then t.py::c, never reached,
+    # kills first in its process: three grades, the result is the third's.
+    three = Selection(public=False, hidden=("t.py::a", "t.py::b", "t.py::c"))
+    grades = [
+        MutantResult(id="m", status="killed", killed_by="hidden:t.py::b", hidden_run=2,
+                     duration_s=10.0, processes_warm=4, processes_fresh=1, judges_warm=1),
+        MutantResult(id="m", status="survived", hidden_run=1, duration_s=3.5,
+                     processes_warm=2, judges_warm=1),
+        MutantResult(id="m", status="killed", killed_by="hidden:t.py::c", hidden_run=1,
+                     duration_s=1.25, processes_warm=1, judges_warm=1),
+    ]
+    answers = iter(grades[1:])
+    result = over_every_grade(_confirm(grades[0], three, lambda _s: next(answers)), grades)
+    assert (result.status, result.killed_by, result.confirmed) == (
+        "killed", "hidden:t.py::c", "first")
+    assert (result.duration_s, result.processes_warm, result.processes_fresh,
+            result.judges_warm) == (14.75, 7, 1, 3)
+    # The grades themselves are left as they were (the result may be one of them).
+    assert [g.judges_warm for g in grades] == [1, 1, 1] and grades[2].duration_s == 1.25
+
+
 def test_the_reference_graded_in_parts_merges_into_one_header() -> None:
     from grading.hidden import NOT_SELECTED
     from grading.mutants import MutantsReport, merge_reference_parts
