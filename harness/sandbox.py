@@ -566,6 +566,10 @@ class Sandbox:
                               inodes_free=inodes)
 
 
+# What to do about a container that would not go.
+_REMOVAL_FIX = "check `docker ps -a` and the daemon's log, then run `harness cleanup` again"
+
+
 def _remove_container(container: Any, wait_s: float = 60.0) -> bool:
     """Remove ``container``; True once it is gone, False when it already was.
 
@@ -588,8 +592,7 @@ def _remove_container(container: Any, wait_s: float = 60.0) -> bool:
             if time.monotonic() > deadline:
                 raise HarnessError(
                     f"container {container.name} is still being removed after {wait_s:.0f} s",
-                    "check `docker ps -a` and the daemon's log, then run `harness cleanup` "
-                    "again")
+                    _REMOVAL_FIX)
             time.sleep(0.5)
             try:
                 container.reload()
@@ -651,6 +654,5 @@ def cleanup_orphans(client: docker.DockerClient, *, include_live: bool = False,
                 report.volumes.append(volume.name)
     if failed:
         raise HarnessError(f"{len(failed)} container(s) could not be removed (first: "
-                           f"{failed[0]})", "check `docker ps -a` and the daemon's log, then "
-                           "run `harness cleanup` again")
+                           f"{failed[0]})", _REMOVAL_FIX)
     return report
