@@ -66,18 +66,29 @@ print(json.dumps(times))
 '''
 
 
-def _run(box: Sandbox, script: str, reps: int) -> dict[str, list[float]]:
-    result = box.exec(["python", "-c", script.replace("REPS", str(reps))], timeout_s=1200,
-                      user=JUDGE_USER)
+def run_json(box: Sandbox, script: str, *args: str,
+             env: dict[str, str] | None = None) -> dict[str, list[float]]:
+    """``python -c script args`` in ``box`` as the judge; the JSON its last line prints."""
+    command = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), "python", "-c", script,
+               *args]
+    result = box.exec(command, timeout_s=1200, user=JUDGE_USER)
     assert result.exit_code == 0, result.output[-2000:]
     return json.loads(result.output.strip().splitlines()[-1])
 
 
-def _table(title: str, times: dict[str, list[float]]) -> None:
+def _run(box: Sandbox, script: str, reps: int) -> dict[str, list[float]]:
+    return run_json(box, script.replace("REPS", str(reps)))
+
+
+def print_ratio(title: str, times: dict[str, list[float]], digits: int = 2) -> None:
+    """Two sides' medians, their ratio and ranges, on one line."""
     (a, at), (b, bt) = times.items()
     ma, mb = statistics.median(at), statistics.median(bt)
-    print(f"{title}: median {a} {ma:.2f} s, {b} {mb:.2f} s, {b}/{a} {mb / ma:.2f} "
-          f"({len(at)} each; {a} {min(at):.2f}-{max(at):.2f}, {b} {min(bt):.2f}-{max(bt):.2f})")
+
+    def s(x: float) -> str:
+        return f"{x:.{digits}f}"
+    print(f"{title}: median {a} {s(ma)} s, {b} {s(mb)} s, {b}/{a} {mb / ma:.2f} "
+          f"({len(at)} each; {a} {s(min(at))}-{s(max(at))}, {b} {s(min(bt))}-{s(max(bt))})")
 
 
 def main() -> None:
@@ -87,8 +98,8 @@ def main() -> None:
     client = images.docker_client()
     with grader_sandbox(client, images.image_id(client, "grader"), labels={},
                         name_hint="bench-exit") as box:
-        _table("forked child, fork to reaped", _run(box, FORKS, args.reps))
-        _table("judge, start to exit", _run(box, JUDGES, args.reps))
+        print_ratio("forked child, fork to reaped", _run(box, FORKS, args.reps))
+        print_ratio("judge, start to exit", _run(box, JUDGES, args.reps))
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+
+from bench_process_exit import print_ratio, run_json  # this folder (run as a script)
 
 from harness import images
-from harness.grade import JUDGE_USER, grader_sandbox
+from harness.grade import grader_sandbox
 from harness.sandbox import Sandbox
 
 CHILD = r'''
@@ -64,17 +65,7 @@ print(json.dumps(times))
 
 
 def _run(box: Sandbox, sides: list[str], *extra: str, reps: int) -> dict[str, list[float]]:
-    result = box.exec(["env", f"SIDES={json.dumps(sides)}", f"REPS={reps}", "python", "-c",
-                       CHILD, *extra], timeout_s=1200, user=JUDGE_USER)
-    assert result.exit_code == 0, result.output[-2000:]
-    return json.loads(result.output.strip().splitlines()[-1])
-
-
-def _table(title: str, times: dict[str, list[float]]) -> None:
-    (a, at), (b, bt) = times.items()
-    ma, mb = statistics.median(at), statistics.median(bt)
-    print(f"{title}: median {a} {ma:.3f} s, {b} {mb:.3f} s, {b}/{a} {mb / ma:.2f} "
-          f"({len(at)} each; {a} {min(at):.3f}-{max(at):.3f}, {b} {min(bt):.3f}-{max(bt):.3f})")
+    return run_json(box, CHILD, *extra, env={"SIDES": json.dumps(sides), "REPS": str(reps)})
 
 
 def main() -> None:
@@ -90,8 +81,9 @@ def main() -> None:
             preload["today"] += _run(box, ["today"], reps=1)["today"]
             preload["with_dynamo"] += _run(box, ["with_dynamo"], "torch._dynamo",
                                            reps=1)["with_dynamo"]
-        _table("preload, child CPU", preload)
-        _table("teardown, child CPU", _run(box, ["exit", "kept"], reps=args.reps))
+        print_ratio("preload, child CPU", preload, digits=3)
+        print_ratio("teardown, child CPU", _run(box, ["exit", "kept"], reps=args.reps),
+                    digits=3)
 
 
 if __name__ == "__main__":
