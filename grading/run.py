@@ -51,7 +51,9 @@ class RunResult:
     kill_reason: str | None = None
     log_truncated: bool = False
     # Processes of this run still alive after the main process ended (daemonised children)
-    # and killed by the sweep; and those the sweep could not kill.
+    # and killed by the marker sweep; and those the sweep could not kill. The sweep reads
+    # /proc/<pid>/environ, which the judge (no CAP_SYS_PTRACE) can read only for its own uid's
+    # processes: for a candidate run both stay 0, and what it left is the reap's count below.
     stragglers_killed: int = 0
     survivors: int = 0
     # Candidate-uid processes killed after the run (anything it left, however detached).

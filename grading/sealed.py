@@ -103,32 +103,54 @@ def popen_identity() -> PopenIdentity:
     return PopenIdentity(user=who.uid, group=who.gid, extra_groups=[], umask=0o077)
 
 
-def _uids_of(pid: str) -> tuple[set[int], bool]:
-    """The real/effective/saved/fs uids of ``pid`` and whether it is a zombie."""
+def _uids_of(pid: str) -> set[int]:
+    """The real/effective/saved/fs uids of ``pid``."""
     with open(f"/proc/{pid}/status", "rb") as fh:
         text = fh.read().decode("ascii", "replace")
-    uids: set[int] = set()
-    zombie = False
     for line in text.splitlines():
         if line.startswith("Uid:"):
-            uids = {int(x) for x in line.split()[1:]}
-        elif line.startswith("State:"):
-            zombie = "Z" in line.split()[1]
-    return uids, zombie
+            return {int(x) for x in line.split()[1:]}
+    return set()
+
+
+def _task_state(path: str) -> str:
+    """The state letter of ``/proc/PID/task/TID/stat`` (after the command name, which may hold
+    any character, parentheses included)."""
+    with open(path, "rb") as fh:
+        text = fh.read().decode("ascii", "replace")
+    return text[text.rfind(")") + 1:].split()[0]
+
+
+def _has_live_thread(pid: str) -> bool:
+    """Whether any thread of ``pid`` still runs. A process is not dead because its leader is a
+    zombie: a leader thread that ended with the raw ``exit`` syscall shows ``Z`` while the
+    process's other threads run on (a SIGKILL to the pid still ends them all)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False  # gone
+    for tid in tasks:
+        try:
+            if _task_state(f"/proc/{pid}/task/{tid}/stat") not in ("Z", "X", "x"):
+                return True
+        except (OSError, IndexError):
+            continue  # that thread is gone
+    return False
 
 
 def candidate_pids() -> list[int]:
-    """Live (non-zombie) processes that carry the candidate uid in any of their uids."""
+    """Processes that carry the candidate uid in any of their uids and have a thread alive
+    (a zombie whose every thread has ended is only waiting for its parent)."""
     uid = candidate().uid
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            uids, zombie = _uids_of(name)
+            uids = _uids_of(name)
         except OSError:
             continue
-        if uid in uids and not zombie:
+        if uid in uids and _has_live_thread(name):
             found.append(int(name))
     return found
 
@@ -196,12 +218,52 @@ def clear_traces() -> list[str]:
     return removed
 
 
+# System V IPC objects (shared memory, message queues, semaphore sets) live in the container's
+# IPC namespace, not in any folder: a trail past clear_traces unless removed.
+SYSV_IPC_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
+
+
+def candidate_ipc_objects() -> int:
+    """How many System V IPC objects the candidate owns or created."""
+    uid = str(candidate().uid)
+    count = 0
+    for table in SYSV_IPC_TABLES:
+        try:
+            lines = Path(table).read_text().splitlines()
+        except OSError:
+            continue
+        if not lines:
+            continue
+        header = lines[0].split()
+        columns = [header.index(c) for c in ("uid", "cuid") if c in header]
+        count += sum(1 for line in lines[1:]
+                     if any(line.split()[i] == uid for i in columns if i < len(line.split())))
+    return count
+
+
+def clear_ipc() -> int:
+    """Remove every System V IPC object the candidate owns or created; the number there was.
+
+    Only an object's owner or creator (or CAP_SYS_ADMIN, which the judge does not hold) may
+    remove it, so ``ipcrm --all`` runs as the candidate: it removes exactly those."""
+    found = candidate_ipc_objects()
+    if found:
+        subprocess.run(["ipcrm", "--all"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=False, **popen_identity())
+        left = candidate_ipc_objects()
+        if left:
+            raise SealError(f"{left} System V IPC objects of the candidate survived ipcrm")
+    return found
+
+
 def end_job() -> int:
-    """After a candidate job: no process of it alive, no trace of it in the shared folders, and
-    nothing in the job area the candidate still owns (every job folder sealed, so no later run
-    reads an earlier one's files). Returns the number of processes killed."""
+    """After a candidate job: no process of it alive, no trace of it in the shared folders or
+    in System V IPC, and nothing in the job area the candidate still owns (every job folder
+    sealed, so no later run reads an earlier one's files). Returns the number of processes
+    killed."""
     killed = reap()
     clear_traces()
+    clear_ipc()
     uid = candidate().uid
     for entry in os.scandir(area()):
         if entry.stat(follow_symlinks=False).st_uid == uid:

@@ -30,10 +30,10 @@ from grading.hashing import tree_sha256
 from grading.hidden import discover_hidden_tests
 
 # What the payload may achieve in its own processes; everything else must be refused.
-OWN_PROCESS_ONLY = {"trail", "pytest-hook", "linger"}
-ATTACKS = {"trail", "pytest-hook", "hidden-conftest", "hidden-rewrite", "apply-reference",
-           "forge-grade", "kill-grader", "linger", "sitecustomize", "read-hidden",
-           "copy-hidden-out", "judge-memory", "judge-ptrace"}
+OWN_PROCESS_ONLY = {"trail", "ipc-trail", "ghost", "pytest-hook", "linger"}
+ATTACKS = {"trail", "ipc-trail", "ghost", "pytest-hook", "hidden-conftest", "hidden-rewrite",
+           "apply-reference", "forge-grade", "kill-grader", "linger", "sitecustomize",
+           "read-hidden", "copy-hidden-out", "judge-memory", "judge-ptrace"}
 
 
 def closed_inputs(tmp_path: Path) -> dict[str, Path]:
@@ -101,8 +101,10 @@ def test_forgeries_inside_the_submission_leave_the_baseline_verdict(tmp_path: Pa
     results, processes = attack_results(attacks)
     assert set(results) == ATTACKS, results
     assert processes >= 5, processes
-    # No run saw a trail of an earlier one (the trail attack raises when it does).
-    assert results["trail"] == {"done"}, results["trail"]
+    # No run saw a trail of an earlier one, in a folder or in System V IPC, nor a process of
+    # an earlier run still alive (each of these attacks raises when it does).
+    for attack in ("trail", "ipc-trail", "ghost"):
+        assert results[attack] == {"done"}, (attack, results[attack])
     for attack, ends in results.items():
         if attack not in OWN_PROCESS_ONLY:
             assert ends == {"refused"}, (attack, ends)
