@@ -247,7 +247,7 @@ class SandboxLost(EventData):
 class Snapshot(EventData):
     """The agent's code at a candidate run, public-test run, diagnostic call, submit or
     budget stop, as a diff against the baseline (``diff`` names the file; None when it could
-    not be taken, and ``error`` says why)."""
+    not be taken, and ``error`` says why), taken with the container paused."""
 
     index: int
     trigger: Literal["run_candidate", "run_public_tests", "traincheck", "submit",
@@ -259,6 +259,10 @@ class Snapshot(EventData):
     files_changed: list[str] = []
     error: str | None = None
     duration_s: float
+    # True: the agent's processes were frozen while it was taken, so its time is the harness's
+    # (off the budget's clock); False: the freezer refused, they ran on, and the time counted
+    # against the agent. None in transcripts written before this was recorded.
+    paused: bool | None = None
 
 
 # --- the final tree --------------------------------------------------------------------------

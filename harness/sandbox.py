@@ -496,13 +496,13 @@ class Sandbox:
         """
         self.check_alive()
         init_pid = int(self.container.attrs["State"]["Pid"])
-        frozen = self._freeze()
+        frozen = self.freeze()
         try:
             running = [p for p in self.processes() if p.pid != init_pid]
             unreachable = [p for p in running if not self._kill(p.pid)]
         finally:
             if frozen:
-                self.container.unpause()
+                self.thaw()
         method: Literal["none", "sigkill_while_frozen", "init_after_thaw", "killed_unfrozen"]
         method = "none"
         if running:
@@ -519,8 +519,9 @@ class Sandbox:
             time.sleep(0.05)
         return StopReport(frozen=frozen, processes=running, method=method, survivors=survivors)
 
-    def _freeze(self, attempts: int = 5) -> bool:
-        """``docker pause``; False when the freezer keeps refusing (the container runs on)."""
+    def freeze(self, attempts: int = 5) -> bool:
+        """``docker pause``; False when the freezer keeps refusing (the container runs on).
+        Raises SandboxLost when the container no longer runs."""
         for attempt in range(attempts):
             try:
                 self.container.pause()
@@ -529,6 +530,10 @@ class Sandbox:
                 self.check_alive()
                 time.sleep(0.1 * (attempt + 1))
         return False
+
+    def thaw(self) -> None:
+        """``docker unpause`` after :meth:`freeze`."""
+        self.container.unpause()
 
     def _kill(self, pid: int) -> bool:
         """SIGKILL a process by its host pid, once it is sure to be this container's."""

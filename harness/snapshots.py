@@ -10,6 +10,7 @@ the session. Grading them is post hoc and blind (``harness grade --snapshots``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import time
@@ -50,13 +51,32 @@ class Snapshots:
 
     def capture(self, trigger: Trigger, call_id: str | None = None) -> None:
         started = time.monotonic()
+        paused = False
         try:
-            self._capture(trigger, call_id, started)
+            # The agent's processes are frozen while the tree is copied: its time is then the
+            # harness's own, off the budget's clock for both arms alike, and nothing the agent
+            # left running can use it. If the freezer refuses, they run on and the time stays
+            # on the agent's clock.
+            paused = self._pause()
+            self._capture(trigger, call_id, started, paused)
         finally:
-            # The harness's own time: off the budget's clock, for both arms alike.
-            self.ledger.add_harness_time(time.monotonic() - started)
+            if paused:
+                self._thaw()
+                self.ledger.add_harness_time(time.monotonic() - started)
 
-    def _capture(self, trigger: Trigger, call_id: str | None, started: float) -> None:
+    def _pause(self) -> bool:
+        try:
+            return self.sandbox.freeze()
+        except HarnessError:  # the container is gone: the copy below says so
+            return False
+
+    def _thaw(self) -> None:
+        # A container that is gone cannot be thawed; the next tool call says it is gone.
+        with contextlib.suppress(Exception):
+            self.sandbox.thaw()
+
+    def _capture(self, trigger: Trigger, call_id: str | None, started: float,
+                 paused: bool) -> None:
         self.taken += 1
         index = self.taken
         scratch = self.attempt_dir / f".snapshot-{index:04d}"
@@ -69,7 +89,8 @@ class Snapshots:
             error = exc.line() if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
             self.transcript.append("snapshot", {
                 "index": index, "trigger": trigger, "call_id": call_id, "diff": None,
-                "error": error[:2000], "duration_s": round(time.monotonic() - started, 4)})
+                "error": error[:2000], "duration_s": round(time.monotonic() - started, 4),
+                "paused": paused})
             return
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -81,4 +102,4 @@ class Snapshots:
             "index": index, "trigger": trigger, "call_id": call_id, "diff": rel,
             "sha256": hashlib.sha256(patch).hexdigest(), "bytes": len(patch),
             "files_changed": result.files_changed,
-            "duration_s": round(time.monotonic() - started, 4)})
+            "duration_s": round(time.monotonic() - started, 4), "paused": paused})

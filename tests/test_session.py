@@ -216,3 +216,40 @@ def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> N
     assert {c.id: c.outcome for c in again.contracts} == {
         c.id: c.outcome for c in earlier.contracts}
     assert again.submission_id != earlier.submission_id  # opaque, fresh per grading
+
+
+def test_a_hostile_agents_calls_are_its_own_failures_and_snapshots_freeze_it(
+    tmp_path: Path,
+) -> None:
+    """Arguments of the wrong type (or NaN) are failed calls the agent sees, never a harness
+    error a matrix would retry; a tool the arm lacks takes no snapshot; and a snapshot is taken
+    with the agent's processes frozen, so one left running gains no time off the clock."""
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": 123}},
+        {"tool": "write_file", "args": {"path": "x.py", "content": ["not", "text"]}},
+        {"tool": "bash", "args": {"command": "echo nan", "timeout_s": float("nan")}},
+        {"tool": "bash", "args": {"command": "setsid sh -c 'while :; do date +%s%N >> "
+                                             "/tmp/beat; sleep 0.05; done' >/dev/null 2>&1 &"}},
+        {"tool": "traincheck", "args": {"configuration": "cpu-1"}},
+        {"tool": "run_public_tests", "args": {}},
+        {"tool": "submit", "args": {"summary": "done"}},
+    ])
+    study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control",
+                                         grade=False), log=lambda _m: None)
+    record = records.read_record(attempt)
+    assert record.outcome == "submitted", record.error
+    events = read_events(attempt / records.TRANSCRIPT_NAME)
+    results = [e.data for e in events if e.kind == "tool_result"]
+    assert [r["ok"] for r in results[:3]] == [False, False, False]
+    assert "command must be a string" in results[0]["output"]
+    assert "content must be a string" in results[1]["output"]
+    assert "not a JSON object of finite values" in results[2]["output"]
+    assert results[4]["output"] == "unknown tool 'traincheck'"
+    # The NaN call is recorded as the text that was sent, not as a null timeout.
+    calls = [e.data for e in events if e.kind == "tool_call"]
+    assert "NaN" in calls[2]["args"]["__unparsed_arguments__"]
+    snapshots = [e.data for e in events if e.kind == "snapshot"]
+    assert [s["trigger"] for s in snapshots] == ["run_public_tests", "submit"]
+    assert all(s["paused"] and s["diff"] for s in snapshots), snapshots
+    assert verify(attempt / records.TRANSCRIPT_NAME).ok

@@ -152,7 +152,8 @@ def run_agent(
                 ledger.begin_tool_call(candidate_run=runner.is_candidate_run(call.name))
                 calls += 1
                 transcript.append("tool_call", call.model_dump(mode="json"))
-                if snapshots is not None and call.name in SNAPSHOT_TOOLS:
+                if snapshots is not None and call.name in SNAPSHOT_TOOLS and \
+                        runner.has_tool(call.name):
                     snapshots.capture(call.name, call.id)  # type: ignore[arg-type]
                 result = runner.run(call.name, call.args)
                 shown = cut_for_model(result.output, tool_output_chars, artifact_note(

@@ -7,7 +7,9 @@ writes through ``put_archive``. Nothing here touches the host's copy of the task
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import posixpath
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
 from harness import jsontext
+from harness.agent.providers.base import UNPARSED_ARGUMENTS
 from harness.budget import ComputeCategory, Ledger
 from harness.packets import TaskPacket
 from harness.sandbox import WORKSPACE, Sandbox, SandboxLost
@@ -126,6 +129,53 @@ def _lone_surrogate(value: Any, where: str) -> str | None:
     return next((p for w, item in items if (p := _lone_surrogate(item, w))), None)
 
 
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number" if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _fits(value: Any, json_type: str) -> bool:
+    got = _json_type(value)
+    return got == json_type or (json_type == "number" and got == "integer")
+
+
+def argument_problem(spec: ToolSpec, args: Mapping[str, Any]) -> str | None:
+    """Why the model's arguments do not fit the schema it was shown for the tool, as a line
+    for the model; None when they fit. Checked before any handler runs, so a handler only ever
+    sees the types it declares: a model's mistake is a failed call, never a harness error."""
+    if UNPARSED_ARGUMENTS in args:
+        text = str(args[UNPARSED_ARGUMENTS])
+        return (f"the arguments are not a JSON object of finite values ({text[:200]!r}); the "
+                "call was not run")
+    properties: dict[str, Any] = spec.parameters["properties"]
+    required: list[str] = spec.parameters["required"]
+    unknown = sorted(set(args) - set(properties))
+    if unknown:
+        return f"unknown argument(s) {unknown}; {spec.name} takes {sorted(properties)}"
+    missing = [name for name in required if args.get(name) is None]
+    if missing:
+        return f"missing required argument(s) {missing}"
+    for name, value in args.items():
+        want = properties[name]["type"]
+        if value is not None and not _fits(value, want):
+            return f"argument {name} must be a {want}, not {_json_type(value)}"
+    return None
+
+
+@functools.cache
+def _spec_for(handler: Callable[..., Any], name: str) -> ToolSpec:
+    return spec_of(handler, name)
+
+
 def workspace_path(path: Any) -> str:
     """An absolute container path under /workspace, or ToolError."""
     if not isinstance(path, str) or not path.strip():
@@ -163,6 +213,10 @@ class ToolRunner:
     def is_candidate_run(self, name: str) -> bool:
         return name == "run_candidate"
 
+    def has_tool(self, name: str) -> bool:
+        """Whether this session's arm has the tool (any other name is an unknown tool)."""
+        return name in self.extra_tools or hasattr(type(self), f"_tool_{name}")
+
     def artifact_path(self, label: str) -> Path:
         """Where the current call keeps a whole output: ``artifacts/NNNN-<label>.log``."""
         path = self.artifacts_dir / f"{self._count:04d}-{label}.log"
@@ -170,24 +224,29 @@ class ToolRunner:
         return path
 
     def run(self, name: str, args: dict[str, Any]) -> ToolResult:
-        extra = self.extra_tools.get(name)
-        handler = getattr(self, f"_tool_{name}", None)
-        if handler is None and extra is None:
+        if not self.has_tool(name):
             return ToolResult(ok=False, output=f"unknown tool {name!r}")
+        extra = self.extra_tools.get(name)
         self._count += 1
+        # The schema the model was shown, read off the same handler (an extra tool is a
+        # callable object: its __call__).
+        declared = getattr(type(self), f"_tool_{name}") if extra is None else type(extra).__call__
+        problem = argument_problem(_spec_for(declared, name), args)
+        if problem is not None:
+            return ToolResult(ok=False, output=f"error: bad arguments for {name}: {problem}")
         # No command, file or exec can carry such a string as it is: refuse, never mangle.
         problem = _lone_surrogate(args, "")
         if problem is not None:
             return ToolResult(ok=False, output=f"error: {problem}")
+        # Optional arguments sent as null are the defaults, as the schema's "required" implies.
+        given = {key: value for key, value in args.items() if value is not None}
         try:
             if extra is not None:
-                return extra(self, **args)
-            assert handler is not None
-            return handler(**args)
+                return extra(self, **given)
+            handler: Callable[..., ToolResult] = getattr(self, f"_tool_{name}")
+            return handler(**given)
         except ToolError as exc:
             return ToolResult(ok=False, output=f"error: {exc}")
-        except TypeError as exc:  # wrong or missing arguments from the model
-            return ToolResult(ok=False, output=f"error: bad arguments for {name}: {exc}")
 
     # --- command tools ------------------------------------------------------------------
 

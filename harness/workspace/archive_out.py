@@ -15,13 +15,20 @@ from harness.errors import HarnessError
 from harness.workspace.common import COPY_CHUNK, DiffTooLarge, ExtractReport, UnsafeArchive
 from harness.workspace.names import file_mode, is_git_metadata_name, is_refused_symlink
 
+# What a workspace's tar stream may carry beyond the tree cap: the members the extraction skips
+# (the container's .git, whose objects are real data) and every member's headers.
+STREAM_ALLOWANCE_BYTES = 1024**3
+
 
 class _ChunkReader(io.RawIOBase):
-    """Read-only file over an iterable of byte chunks, pulling one chunk at a time."""
+    """Read-only file over an iterable of byte chunks, pulling one chunk at a time, and
+    refusing to pull more than ``max_bytes`` in all."""
 
-    def __init__(self, chunks: Iterable[bytes]) -> None:
+    def __init__(self, chunks: Iterable[bytes], max_bytes: int) -> None:
         self._chunks: Iterator[bytes] = iter(chunks)
         self._pending = memoryview(b"")
+        self._max_bytes = max_bytes
+        self.pulled = 0
 
     def readable(self) -> bool:
         return True
@@ -32,6 +39,14 @@ class _ChunkReader(io.RawIOBase):
                 self._pending = memoryview(next(self._chunks))
             except StopIteration:
                 return 0
+            self.pulled += len(self._pending)
+            if self.pulled > self._max_bytes:
+                raise DiffTooLarge(
+                    f"the workspace's tar stream passed {self._max_bytes} bytes (the tree cap "
+                    f"plus {STREAM_ALLOWANCE_BYTES} for git metadata and headers) and was cut "
+                    "off: /workspace holds sparse files (the copy streams their whole apparent "
+                    "size) or that much .git data",
+                    "remove them from /workspace; a run whose tree cannot be copied has no diff")
         n = min(len(buffer), len(self._pending))
         buffer[:n] = self._pending[:n]
         self._pending = self._pending[n:]
@@ -118,13 +133,17 @@ def _too_large(total: int, cap: int) -> DiffTooLarge:
 
 
 def extract_tree(
-    chunks: Iterable[bytes], dest: Path, *, strip_prefix: str = "workspace", max_bytes: int
+    chunks: Iterable[bytes], dest: Path, *, strip_prefix: str = "workspace", max_bytes: int,
+    max_stream_bytes: int | None = None,
 ) -> ExtractReport:
     """Stream the container's tar of its workspace into ``dest`` (empty or missing).
 
     Strips ``strip_prefix/``; rejects absolute and ``..`` names (UnsafeArchive); ignores any
     ``.git``; recreates symlinks verbatim and never writes through one; turns hard links into
-    copies; skips devices and fifos; raises DiffTooLarge past ``max_bytes`` of file data. On an
+    copies; skips devices and fifos; raises DiffTooLarge past ``max_bytes`` of file data, or
+    past ``max_stream_bytes`` read from the stream (default: ``max_bytes`` plus
+    :data:`STREAM_ALLOWANCE_BYTES`), skipped members included, so a copy ends in bounded time
+    whatever the container holds (a sparse file of terabytes streams as terabytes). On an
     error ``dest`` is left partly filled; the caller owns it.
     """
     dest.mkdir(parents=True, exist_ok=True)
@@ -134,7 +153,9 @@ def extract_tree(
     regular: set[tuple[str, ...]] = set()
     git_dirs: set[tuple[str, ...]] = set()
     total = 0
-    stream = io.BufferedReader(_ChunkReader(chunks), buffer_size=COPY_CHUNK)
+    if max_stream_bytes is None:
+        max_stream_bytes = max_bytes + STREAM_ALLOWANCE_BYTES
+    stream = io.BufferedReader(_ChunkReader(chunks, max_stream_bytes), buffer_size=COPY_CHUNK)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for member in tar:

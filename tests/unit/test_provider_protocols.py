@@ -118,3 +118,13 @@ def test_a_reply_slower_than_the_time_left_is_cut_at_the_deadline(
         provider(kind).next_turn(MESSAGES, TOOLS, 64,
                                  time_left=lambda: max(0.0, deadline - time.monotonic()))
     assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_negative_token_counts_are_a_malformed_response(server: FakeModelServer,
+                                                        kind: str) -> None:
+    # Summed as they came, they would buy the session tokens past its budget.
+    server.replies.append(tool_reply(kind, "bash", {"command": "ls"}, -5_000_000, 7))
+    with pytest.raises(ProviderError) as err:
+        provider(kind).next_turn(MESSAGES, TOOLS, 100)
+    assert err.value.kind == "malformed_response"

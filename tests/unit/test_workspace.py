@@ -328,6 +328,32 @@ def test_extract_size_cap(tmp_path: Path) -> None:
         extract_tree(chunks(hard), tmp_path / "out2", max_bytes=1000)
 
 
+def test_extract_stops_reading_a_stream_past_its_cap(tmp_path: Path) -> None:
+    """A sparse file streams its whole apparent size (terabytes from a few bytes of tmpfs),
+    and members the extraction skips (.git) are read through all the same: the copy is cut off
+    by what it has read, not by what it kept, so it ends in bounded time."""
+    header = tarfile.TarInfo("workspace/.git/sparse")
+    header.size = 1 << 40  # a 1 TiB `truncate -s 1T .git/sparse`
+    pulled = 0
+
+    def endless() -> Iterator[bytes]:
+        nonlocal pulled
+        root = tarfile.TarInfo("workspace")
+        root.type = tarfile.DIRTYPE
+        for block in (root.tobuf(), header.tobuf()):
+            pulled += len(block)
+            yield block
+        zeros = bytes(1 << 16)
+        while True:
+            pulled += len(zeros)
+            yield zeros
+
+    with pytest.raises(DiffTooLarge, match="sparse files") as err:
+        extract_tree(endless(), tmp_path / "out", max_bytes=1000, max_stream_bytes=1 << 22)
+    assert str(1 << 22) in err.value.problem
+    assert pulled <= (1 << 22) + (1 << 16)
+
+
 def test_extract_keeps_exec_bit(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()

@@ -11,13 +11,15 @@ deadline: each attempt's timeout is the time left.
 from __future__ import annotations
 
 import email.utils
+import json
+import math
 import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
@@ -25,18 +27,42 @@ from harness import jsontext
 from harness.errors import HarnessError
 from harness.study import AgentSettings, RetryPolicy
 
+# The one argument a call carries when the model's arguments were not a JSON object of finite
+# values: their text, kept so the transcript records what was sent; the tool refuses the call.
+UNPARSED_ARGUMENTS = "__unparsed_arguments__"
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
 
 class ToolCall(BaseModel):
     id: str
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("args")
+    @classmethod
+    def _finite(cls, args: dict[str, Any]) -> dict[str, Any]:
+        # NaN and Infinity are not JSON: recorded as they are they would read back as null, so
+        # the transcript would show arguments other than those sent. Kept as text instead.
+        if _has_non_finite(args):
+            return {UNPARSED_ARGUMENTS: json.dumps(args, allow_nan=True, default=repr)}
+        return args
+
 
 class TokenUsage(BaseModel):
-    """As the provider reported it; the ledger sums exactly these numbers."""
+    """As the provider reported it; the ledger sums exactly these numbers (never negative: a
+    negative count would buy the session tokens, so it is a malformed response)."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
 
 
 class ModelTurn(BaseModel):

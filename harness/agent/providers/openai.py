@@ -13,6 +13,7 @@ from typing import Any
 import openai
 
 from harness.agent.providers.base import (
+    UNPARSED_ARGUMENTS,
     ModelTurn,
     Provider,
     ProviderError,
@@ -43,13 +44,18 @@ def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_arguments(raw: str | None) -> dict[str, Any]:
-    """Tool arguments; text that is not a JSON object reaches the tool as a bad argument."""
+    """Tool arguments; text that is not a JSON object of finite values (Python's ``json``
+    would take NaN and Infinity) reaches the tool as its text, which the tool refuses."""
     try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return {"__unparsed_arguments__": raw}
-    return value if isinstance(value, dict) else {"__unparsed_arguments__": raw}
+        value = json.loads(raw or "{}", parse_constant=_refuse_constant)
+    except ValueError:  # JSONDecodeError included
+        return {UNPARSED_ARGUMENTS: raw}
+    return value if isinstance(value, dict) else {UNPARSED_ARGUMENTS: raw}
 
 
 class OpenAIProvider(Provider):
