@@ -11,7 +11,8 @@ import docker
 import pytest
 
 from harness.gpu_slots import GpuSlots
-from harness.sandbox import OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
+from harness.sandbox import WORKSPACE, OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
+from harness.workspace import DiffTooLarge, extract_tree
 from tests.conftest import TEST_LABEL
 
 
@@ -268,3 +269,15 @@ def test_when_no_killer_can_start_pid_1_kills_everything(
     result = sandbox.exec(["bash", "-c", "sleep 1000 & sleep 1001"], timeout_s=1)
     assert result.timed_out and result.kill == "init"
     assert processes(sandbox) == []
+
+
+def test_a_sparse_file_cannot_make_a_copy_out_endless(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A few bytes of tmpfs can hold a file of terabytes, and the daemon streams its whole
+    apparent size, .git (which the extraction skips) included: the copy stops at its stream
+    cap, raises DiffTooLarge and lets go of the daemon's stream (the container still answers)."""
+    made = sandbox.exec("mkdir -p .git && truncate -s 1T .git/sparse && echo made", timeout_s=30)
+    assert "made" in made.output
+    with pytest.raises(DiffTooLarge, match="sparse files"):
+        extract_tree(sandbox.get_archive(WORKSPACE), tmp_path / "out", max_bytes=1 << 20,
+                     max_stream_bytes=64 << 20)
+    assert sandbox.exec("echo alive", timeout_s=30).output.startswith("alive")

@@ -41,6 +41,11 @@ class _ChunkReader(io.RawIOBase):
                 return 0
             self.pulled += len(self._pending)
             if self.pulled > self._max_bytes:
+                # Let go of the rest of the stream now (a docker SDK generator closes its HTTP
+                # response), not whenever it is collected.
+                close = getattr(self._chunks, "close", None)
+                if callable(close):
+                    close()
                 raise DiffTooLarge(
                     f"the workspace's tar stream passed {self._max_bytes} bytes (the tree cap "
                     f"plus {STREAM_ALLOWANCE_BYTES} for git metadata and headers) and was cut "
