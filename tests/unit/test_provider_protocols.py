@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 
 from harness.agent.providers import make_provider
-from harness.agent.providers.base import DeadlineReached, Provider, ProviderError
+from harness.agent.providers.base import (
+    MAX_ARGUMENT_DEPTH,
+    UNPARSED_ARGUMENTS,
+    DeadlineReached,
+    Provider,
+    ProviderError,
+)
 from harness.agent.tools import COMMON_TOOLS
 from harness.study import AgentSettings
 from tests.conftest import FAST_RETRY
@@ -128,3 +135,41 @@ def test_negative_token_counts_are_a_malformed_response(server: FakeModelServer,
     with pytest.raises(ProviderError) as err:
         provider(kind).next_turn(MESSAGES, TOOLS, 100)
     assert err.value.kind == "malformed_response"
+
+
+def _raw(reply: Reply, marker: str, text: str) -> Reply:
+    """``reply`` as raw JSON text with the string ``marker`` replaced by ``text`` (JSON that
+    the server's own encoder could not write: nested too deep, integers too long)."""
+    return Reply(body=json.dumps(reply.body).replace(json.dumps(marker), text))
+
+
+def test_openai_arguments_nested_past_any_parser_are_a_refused_call(
+        server: FakeModelServer) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    reply = tool_reply("openai", "bash", {"command": "ls"}, 10, 2)
+    reply.body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = deep
+    server.replies.append(reply)
+    turn = provider("openai").next_turn(MESSAGES, TOOLS, 100)
+    assert turn.tool_calls[0].args == {UNPARSED_ARGUMENTS: deep}
+    # Deep enough to refuse, shallow enough to parse: not kept, said so.
+    nested: Any = "x"
+    for _ in range(MAX_ARGUMENT_DEPTH + 5):
+        nested = [nested]
+    server.replies.append(tool_reply("openai", "bash", {"command": nested}, 10, 2))
+    turn = provider("openai").next_turn(MESSAGES, TOOLS, 100)
+    assert "nested" in turn.tool_calls[0].args[UNPARSED_ARGUMENTS]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_replies_no_parser_can_read_are_malformed_not_a_harness_error(
+        server: FakeModelServer, kind: str) -> None:
+    deep = tool_reply(kind, "bash", {"command": "@DEEP@"}, 10, 2)
+    if kind == "openai":
+        deep.body["choices"][0]["message"]["content"] = "@DEEP@"
+    server.replies.append(_raw(deep, "@DEEP@", "[" * 5000 + "]" * 5000))
+    huge = tool_reply(kind, "bash", {"command": "ls"}, 424242, 2)
+    server.replies.append(Reply(body=json.dumps(huge.body).replace("424242", "9" * 5000)))
+    for _ in range(2):
+        with pytest.raises(ProviderError) as err:
+            provider(kind).next_turn(MESSAGES, TOOLS, 100)
+        assert err.value.kind == "malformed_response", err.value

@@ -32,14 +32,27 @@ from harness.study import AgentSettings, RetryPolicy
 UNPARSED_ARGUMENTS = "__unparsed_arguments__"
 
 
-def _has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_non_finite(v) for v in value)
-    return False
+# No tool takes arguments nested deeper than this; deeper ones are refused, not kept (writing
+# them out recurses once per level). A whole reply nested deeper than MAX_TURN_DEPTH is a
+# malformed response.
+MAX_ARGUMENT_DEPTH = 32
+MAX_TURN_DEPTH = 100
+
+
+def nesting(value: Any) -> tuple[int, bool]:
+    """How deeply ``value``'s dicts and lists nest, and whether it holds NaN or an infinity;
+    walked without recursion, so a hostile depth costs memory in proportion, not the stack."""
+    deepest, non_finite = 0, False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            non_finite = non_finite or not math.isfinite(item)
+        elif isinstance(item, dict | list | tuple):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest, non_finite
 
 
 class ToolCall(BaseModel):
@@ -49,10 +62,14 @@ class ToolCall(BaseModel):
 
     @field_validator("args")
     @classmethod
-    def _finite(cls, args: dict[str, Any]) -> dict[str, Any]:
+    def _recordable(cls, args: dict[str, Any]) -> dict[str, Any]:
         # NaN and Infinity are not JSON: recorded as they are they would read back as null, so
         # the transcript would show arguments other than those sent. Kept as text instead.
-        if _has_non_finite(args):
+        depth, non_finite = nesting(args)
+        if depth > MAX_ARGUMENT_DEPTH:
+            return {UNPARSED_ARGUMENTS: f"(arguments nested {depth} levels deep, over "
+                                        f"{MAX_ARGUMENT_DEPTH}; not kept)"}
+        if non_finite:
             return {UNPARSED_ARGUMENTS: json.dumps(args, allow_nan=True, default=repr)}
         return args
 
@@ -181,7 +198,21 @@ class Provider(ABC):
             timeout = min(policy.request_timeout_s, left)
             t0 = time.monotonic()
             try:
-                turn = self._call(wire, tools, max_output_tokens, timeout)
+                try:
+                    turn = self._call(wire, tools, max_output_tokens, timeout)
+                    depth, _ = nesting(turn.provider_content)
+                    if depth > MAX_TURN_DEPTH:
+                        raise ProviderError("malformed_response", f"a reply nested {depth} "
+                                            f"levels deep (over {MAX_TURN_DEPTH})")
+                except (TransientError, ProviderError):
+                    raise
+                except (RecursionError, ValueError, TypeError, KeyError, IndexError,
+                        AttributeError, OverflowError) as exc:
+                    # Whatever the SDK or the parsing of a reply raised on a body nobody can
+                    # use (nesting past the parser's limit, an integer past Python's digit
+                    # limit): the provider's garbage, never a harness error.
+                    raise ProviderError("malformed_response",
+                                        f"{type(exc).__name__}: {str(exc)[:300]}") from exc
             except (TransientError, ProviderError) as exc:
                 on_event("model_attempt", {
                     "attempt": attempt_no, "ok": False, "error": str(exc)[:500],

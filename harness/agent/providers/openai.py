@@ -53,7 +53,7 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
     would take NaN and Infinity) reaches the tool as its text, which the tool refuses."""
     try:
         value = json.loads(raw or "{}", parse_constant=_refuse_constant)
-    except ValueError:  # JSONDecodeError included
+    except (ValueError, RecursionError):  # JSONDecodeError included; nesting past the parser's
         return {UNPARSED_ARGUMENTS: raw}
     return value if isinstance(value, dict) else {UNPARSED_ARGUMENTS: raw}
 
