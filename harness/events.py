@@ -261,7 +261,8 @@ class Snapshot(EventData):
     duration_s: float
     # True: the agent's processes were frozen while it was taken, so its time is the harness's
     # (off the budget's clock); False: the freezer refused, they ran on, and the time counted
-    # against the agent. None in transcripts written before this was recorded.
+    # against the agent. None when it was not taken (the session's snapshot allowance was
+    # spent), and in transcripts written before this was recorded.
     paused: bool | None = None
 
 

@@ -52,6 +52,7 @@ from harness.grade import GRADER_ERROR
 from harness.paths import REPO_ROOT
 from harness.records import LaunchInfo, SessionRecord
 from harness.sandbox import SandboxLimits, host_id
+from harness.snapshots import SNAPSHOT_ALLOWANCE_S
 from harness.study import Study, load_study
 
 STATE_DIR = "matrix"
@@ -580,7 +581,8 @@ class SlurmExecutor:
         if job.kind == "grade":
             minutes, cpus, gpus = slurm.time_limit_minutes(0, grade_s), GRADER_CPUS, 0
         else:
-            minutes, cpus, gpus = (slurm.time_limit_minutes(worst_case_seconds(session),
+            minutes, cpus, gpus = (slurm.time_limit_minutes(worst_case_seconds(session)
+                                                            + SNAPSHOT_ALLOWANCE_S,
                                                             grade_s),
                                    session.cpus, session.gpus)
         args = slurm.sbatch_args(

@@ -61,6 +61,10 @@ SLURM_JOB_LABEL = "org.harness.slurm-job"
 PROCESS_LABELS: dict[str, str] = {}
 
 
+# What one read of a container's tar stream pulls (the docker SDK's default).
+ARCHIVE_CHUNK_BYTES = 2 * 1024**2
+
+
 class SandboxLimits(BaseModel):
     """Resource limits of one container; every agent and grader container has all of them."""
 
@@ -344,8 +348,23 @@ class Sandbox:
             raise HarnessError(f"put_archive into {path} failed", "check the container is running")
 
     def get_archive(self, path: str) -> Iterator[bytes]:
-        chunks, _stat = self.container.get_archive(path)
-        return chunks
+        """The tar stream of ``path``. Closing the generator (or its end) closes the HTTP
+        response at once: the daemon holds the container's lock while it streams, so a reader
+        that stops early (a cap, an interrupt) must hang up, or the next pause, kill or removal
+        of the container waits on that lock. The docker SDK's own generator never closes it."""
+        api = self.client.api
+        response = api._get(api._url("/containers/{0}/archive", self.container.id),
+                            params={"path": path}, stream=True,
+                            headers={"Accept-Encoding": "identity"})
+        api._raise_for_status(response)
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from response.iter_content(ARCHIVE_CHUNK_BYTES, False)
+            finally:
+                response.close()
+
+        return chunks()
 
     def put_file(self, root: str, rel: str, content: bytes, mode: int = 0o644) -> None:
         """Write ``root/rel`` (root: a volume such as /workspace), creating parent folders;
@@ -373,11 +392,13 @@ class Sandbox:
         *,
         timeout_s: float,
         artifact: Path | None = None,
+        artifact_cap: int | None = None,
         env: dict[str, str] | None = None,
         workdir: str = WORKSPACE,
         user: str = AGENT_USER,
     ) -> ExecResult:
-        """Run a command; past ``timeout_s`` every process it started is killed.
+        """Run a command; past ``timeout_s`` every process it started is killed. ``artifact``
+        keeps its whole output up to the smaller of ``artifact_cap`` and the limits' cap.
 
         The deadline is held here on the host. Each call's processes carry a marker in their
         environment; on timeout ``harness-kill`` kills every marked process (backgrounded and
@@ -389,7 +410,9 @@ class Sandbox:
         api = self.client.api
         environment = {**(env or {}), "HARNESS_CALL_ID": call_id}
         half = self.limits.shown_output_bytes // 2
-        sink = _OutputSink(artifact, half, half, self.limits.artifact_output_bytes)
+        cap = self.limits.artifact_output_bytes
+        sink = _OutputSink(artifact, half, half, cap if artifact_cap is None
+                           else max(0, min(cap, artifact_cap)))
         started = time.monotonic()
         try:
             exec_id = api.exec_create(
@@ -429,7 +452,7 @@ class Sandbox:
             except docker.errors.APIError:
                 self.check_alive()
                 raise
-        kept = min(sink.total, self.limits.artifact_output_bytes) if artifact else 0
+        kept = min(sink.total, sink.artifact_cap) if artifact else 0
         return ExecResult(
             call_id=call_id,
             command=argv,

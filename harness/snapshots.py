@@ -28,6 +28,10 @@ SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_TOOLS = frozenset({"run_candidate", "run_public_tests", "traincheck", "submit"})
 
 Trigger = Literal["run_candidate", "run_public_tests", "traincheck", "submit", "budget_stop"]
+# The harness's time for one session's snapshots, all together. A snapshot's time is off the
+# agent's clock (it is frozen meanwhile), so it must be bounded apart: past this, snapshots are
+# recorded as not taken. The final diff is not a snapshot and is always taken.
+SNAPSHOT_ALLOWANCE_S = 300.0
 
 
 def snapshot_name(index: int) -> str:
@@ -39,7 +43,7 @@ class Snapshots:
 
     def __init__(self, sandbox: Sandbox, baseline: Path, attempt_dir: Path,
                  transcript: TranscriptWriter, ledger: Ledger, *, max_tree_bytes: int,
-                 max_diff_bytes: int) -> None:
+                 max_diff_bytes: int, allowance_s: float = SNAPSHOT_ALLOWANCE_S) -> None:
         self.sandbox = sandbox
         self.ledger = ledger
         self.baseline = baseline
@@ -47,9 +51,18 @@ class Snapshots:
         self.transcript = transcript
         self.max_tree_bytes = max_tree_bytes
         self.max_diff_bytes = max_diff_bytes
+        self.allowance_s = allowance_s
+        self.spent_s = 0.0
         self.taken = 0
 
     def capture(self, trigger: Trigger, call_id: str | None = None) -> None:
+        if self.spent_s >= self.allowance_s:
+            self.taken += 1
+            self.transcript.append("snapshot", {
+                "index": self.taken, "trigger": trigger, "call_id": call_id, "diff": None,
+                "error": f"not taken: the session's snapshots have used their allowance of "
+                         f"{self.allowance_s:g} s ({self.spent_s:.1f} s)", "duration_s": 0.0})
+            return
         started = time.monotonic()
         paused = False
         try:
@@ -62,7 +75,10 @@ class Snapshots:
         finally:
             if paused:
                 self._thaw()
-                self.ledger.add_harness_time(time.monotonic() - started)
+            elapsed = time.monotonic() - started
+            self.spent_s += elapsed
+            if paused:
+                self.ledger.add_harness_time(elapsed)
 
     def _pause(self) -> bool:
         try:

@@ -10,9 +10,15 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness import events
+from harness.agent.tools import ARTIFACT_ALLOWANCE_BYTES, ToolRunner
+from harness.budget import Budget, Ledger
 from harness.gpu_slots import GpuSlots
+from harness.paths import REPO_ROOT
 from harness.sandbox import WORKSPACE, OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
-from harness.workspace import DiffTooLarge, extract_tree
+from harness.snapshots import Snapshots
+from harness.transcript import TranscriptWriter, read_events
+from harness.workspace import DiffTooLarge, extract_tree, workspace_archive
 from tests.conftest import TEST_LABEL
 
 
@@ -281,3 +287,49 @@ def test_a_sparse_file_cannot_make_a_copy_out_endless(sandbox: Sandbox, tmp_path
         extract_tree(sandbox.get_archive(WORKSPACE), tmp_path / "out", max_bytes=1 << 20,
                      max_stream_bytes=64 << 20)
     assert sandbox.exec("echo alive", timeout_s=30).output.startswith("alive")
+
+
+def test_snapshots_stop_at_their_allowance_and_a_copy_at_its_entry_cap(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A snapshot's time is off the agent's clock, so a session's snapshots share one bounded
+    allowance; past it they are recorded as not taken. A copy stops at the entry cap (bytes
+    are not the only cost: a million empty files weigh nothing), and the container answers a
+    pause right after (the copy hung up on the daemon's unfinished stream)."""
+    baseline = REPO_ROOT / "tests/fixtures/task_packets/tiny-regression/repo"
+    sandbox.put_archive(WORKSPACE, workspace_archive(baseline))
+    ledger = Ledger(Budget(wall_seconds=600))
+    ledger.start()
+    with TranscriptWriter(tmp_path / "transcript.jsonl", validate=events.validate) as transcript:
+        snaps = Snapshots(sandbox, baseline, tmp_path, transcript, ledger,
+                          max_tree_bytes=1 << 24, max_diff_bytes=1 << 24, allowance_s=1e-6)
+        snaps.capture("run_public_tests", "c1")
+        snaps.capture("submit", "c2")
+    first, second = (e.data for e in read_events(tmp_path / "transcript.jsonl"))
+    assert first["paused"] is True and first["diff"] and ledger.usage.harness_seconds > 0
+    assert second["diff"] is None and "allowance" in second["error"]
+    assert second.get("paused") is None
+
+    # 128 MiB in 2,000 files, stopped after 1,000: the rest is still to stream when it stops.
+    sandbox.exec(["python", "-c", "import os\nos.mkdir('many')\nfor i in range(2000):\n"
+                  "    open(f'many/{i}', 'wb').write(bytes(65536))"], timeout_s=120)
+    with pytest.raises(DiffTooLarge, match="more than 1000 entries"):
+        extract_tree(sandbox.get_archive(WORKSPACE), tmp_path / "out", max_bytes=1 << 30,
+                     max_entries=1000)
+    assert sandbox.freeze()
+    sandbox.thaw()
+
+
+def test_a_sessions_artifacts_stop_at_its_allowance(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Each output is capped, and so is their sum over a session: past it the model still sees
+    the head and tail, and the result says the artifact was cut."""
+    ledger = Ledger(Budget(wall_seconds=600))
+    ledger.start()
+    runner = ToolRunner(sandbox, None, ledger, tmp_path / "artifacts")  # type: ignore[arg-type]
+    runner.artifact_bytes = ARTIFACT_ALLOWANCE_BYTES - 1000
+    first = runner.run("bash", {"command": "head -c 5000 /dev/zero | tr '\\\\0' x"})
+    second = runner.run("bash", {"command": "echo still-shown"})
+    assert first.artifact_truncated and first.artifact_bytes == 1000
+    assert runner.artifact_bytes == ARTIFACT_ALLOWANCE_BYTES
+    assert second.artifact_truncated and second.artifact_bytes == 0
+    assert "still-shown" in second.output

@@ -27,6 +27,11 @@ from harness.sandbox import WORKSPACE, Sandbox, SandboxLost
 
 # Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
 MAX_EXEC_ARGUMENT_BYTES = 100_000
+# What one session's tool outputs may write to artifact files on the host, all together (each
+# call is also capped by SandboxLimits.artifact_output_bytes): without it, 150 calls of 256 MiB
+# could fill the runs disk that other sessions share. Past it, the model still sees each
+# output's head and tail, and each result says its artifact was cut.
+ARTIFACT_ALLOWANCE_BYTES = 2 * 1024**3
 
 
 class ToolSpec(BaseModel):
@@ -209,6 +214,7 @@ class ToolRunner:
         # Only the arm's own extra tools; any other name is an unknown tool.
         self.extra_tools = dict(extra_tools or {})
         self._count = 0
+        self.artifact_bytes = 0  # written so far, against ARTIFACT_ALLOWANCE_BYTES
 
     def is_candidate_run(self, name: str) -> bool:
         return name == "run_candidate"
@@ -255,7 +261,9 @@ class ToolRunner:
     ) -> ToolResult:
         artifact = self.artifact_path(label)
         timeout = self.ledger.bounded_timeout(timeout_s)
-        result = self.sandbox.exec(command, timeout_s=timeout, artifact=artifact)
+        result = self.sandbox.exec(command, timeout_s=timeout, artifact=artifact,
+                                   artifact_cap=ARTIFACT_ALLOWANCE_BYTES - self.artifact_bytes)
+        self.artifact_bytes += result.artifact_bytes
         self.ledger.add_compute(category, result.duration_s)
         output = result.output
         if result.timed_out:

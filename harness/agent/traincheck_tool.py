@@ -244,8 +244,11 @@ class TraincheckTool:
                    "--wall-s", f"{wall_s:.0f}", "--", *self.spec.train_args(feature=True)]
         artifact = runner.artifact_path(f"traincheck-{frozen.config}")
         timeout = runner.ledger.bounded_timeout(wall_s + EXEC_MARGIN_S)
+        # Not cut by the session's artifact allowance (the report is read from this output),
+        # but counted in it.
         result = runner.sandbox.exec(command, timeout_s=timeout, artifact=artifact,
                                      workdir="/tmp")
+        runner.artifact_bytes += result.artifact_bytes
         cost.run_s = result.duration_s
         raw: dict[str, Any] = {}
         if result.timed_out:

@@ -18,6 +18,10 @@ from harness.workspace.names import file_mode, is_git_metadata_name, is_refused_
 # What a workspace's tar stream may carry beyond the tree cap: the members the extraction skips
 # (the container's .git, whose objects are real data) and every member's headers.
 STREAM_ALLOWANCE_BYTES = 1024**3
+# Entries a workspace copy takes (files, folders, links, .git's included): the cost of a copy
+# and its diff grows with the count (about 0.6 ms an entry here), not only with the bytes, so
+# 900,000 empty files made one snapshot take 9 minutes. A task's tree holds a few hundred.
+MAX_TREE_ENTRIES = 50_000
 
 
 class _ChunkReader(io.RawIOBase):
@@ -41,11 +45,6 @@ class _ChunkReader(io.RawIOBase):
                 return 0
             self.pulled += len(self._pending)
             if self.pulled > self._max_bytes:
-                # Let go of the rest of the stream now (a docker SDK generator closes its HTTP
-                # response), not whenever it is collected.
-                close = getattr(self._chunks, "close", None)
-                if callable(close):
-                    close()
                 raise DiffTooLarge(
                     f"the workspace's tar stream passed {self._max_bytes} bytes (the tree cap "
                     f"plus {STREAM_ALLOWANCE_BYTES} for git metadata and headers) and was cut "
@@ -139,7 +138,7 @@ def _too_large(total: int, cap: int) -> DiffTooLarge:
 
 def extract_tree(
     chunks: Iterable[bytes], dest: Path, *, strip_prefix: str = "workspace", max_bytes: int,
-    max_stream_bytes: int | None = None,
+    max_stream_bytes: int | None = None, max_entries: int = MAX_TREE_ENTRIES,
 ) -> ExtractReport:
     """Stream the container's tar of its workspace into ``dest`` (empty or missing).
 
@@ -147,9 +146,10 @@ def extract_tree(
     ``.git``; recreates symlinks verbatim and never writes through one; turns hard links into
     copies; skips devices and fifos; raises DiffTooLarge past ``max_bytes`` of file data, or
     past ``max_stream_bytes`` read from the stream (default: ``max_bytes`` plus
-    :data:`STREAM_ALLOWANCE_BYTES`), skipped members included, so a copy ends in bounded time
-    whatever the container holds (a sparse file of terabytes streams as terabytes). On an
-    error ``dest`` is left partly filled; the caller owns it.
+    :data:`STREAM_ALLOWANCE_BYTES`), skipped members included, or past ``max_entries`` members,
+    so a copy ends in bounded time whatever the container holds (a sparse file of terabytes
+    streams as terabytes; a million empty files cost nothing in bytes). On an error ``dest`` is
+    left partly filled; the caller owns it.
     """
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):
@@ -160,10 +160,17 @@ def extract_tree(
     total = 0
     if max_stream_bytes is None:
         max_stream_bytes = max_bytes + STREAM_ALLOWANCE_BYTES
-    stream = io.BufferedReader(_ChunkReader(chunks, max_stream_bytes), buffer_size=COPY_CHUNK)
+    source = iter(chunks)
+    stream = io.BufferedReader(_ChunkReader(source, max_stream_bytes), buffer_size=COPY_CHUNK)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
-            for member in tar:
+            for entries, member in enumerate(tar, start=1):
+                if entries > max_entries:
+                    raise DiffTooLarge(
+                        f"the workspace holds more than {max_entries} entries (files, folders "
+                        "and links, .git's included); the copy stopped there",
+                        "remove generated files from /workspace; a run whose tree cannot be "
+                        "copied has no diff")
                 parts = _member_parts(member.name, strip_prefix)
                 if not parts:
                     if not member.isdir():
@@ -229,6 +236,13 @@ def extract_tree(
             f"could not read the workspace archive: {exc}",
             "the container may have been killed mid-copy; rerun the task",
         ) from exc
+    finally:
+        # Let go of the rest of the stream now, however this ends (a cap, an interrupt): a
+        # generator kept alive by a traceback would hold the daemon's stream, and with it the
+        # container's lock (Sandbox.get_archive closes its response when closed).
+        close = getattr(source, "close", None)
+        if callable(close):
+            close()
     return report
 
 
