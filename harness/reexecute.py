@@ -186,7 +186,7 @@ def reexecute(attempt: Path, *, loaded: rp.Replay | None = None,
     if record.gpu_ids:
         report.notes.append(f"the session held GPUs {record.gpu_ids}; the re-execution holds "
                             "none, so a CUDA run is refused here and shows as a divergence")
-    results = {e.data.get("id"): e for e in events if e.kind == "tool_result"}
+    result_of = results_by_call(events)
     transcript = loaded.transcript
     log(f"re-executing {attempt} in a fresh container of {record.image_id[:19]} -> {folder}")
     sandbox = Sandbox(client, record.image_id, limits=limits,
@@ -209,7 +209,7 @@ def reexecute(attempt: Path, *, loaded: rp.Replay | None = None,
             comparison = CallComparison(seq=event.seq, line=event.line, tool=name,
                                         args=rp.short_args(name, event.data.get("args")),
                                         recorded={}, again={})
-            recorded = results.get(event.data.get("id"))
+            recorded = result_of.get(event.seq)
             try:
                 result = runner.run(name, args if isinstance(args, dict) else {})
             except SandboxLost as exc:
@@ -240,6 +240,20 @@ def reexecute(attempt: Path, *, loaded: rp.Replay | None = None,
     (folder / "reexecute.json").write_text(report.model_dump_json(indent=1) + "\n")
     records.write_manifest(folder)
     return report
+
+
+def results_by_call(events: list[Any]) -> dict[int | None, Any]:
+    """Each tool_call's seq -> its tool_result: the first result after it with its id. By
+    position, since a provider may reuse a call id within a session (the evidence chains pair
+    them the same way)."""
+    result_of: dict[int | None, Any] = {}
+    pending: dict[Any, int | None] = {}
+    for e in events:
+        if e.kind == "tool_call":
+            pending[e.data.get("id")] = e.seq
+        elif e.kind == "tool_result" and e.data.get("id") in pending:
+            result_of[pending.pop(e.data.get("id"))] = e
+    return result_of
 
 
 def _final_diff(sandbox: Sandbox, attempt: Path, record: records.SessionRecord, folder: Path,

@@ -328,3 +328,21 @@ def test_the_command_line_shows_transcript_text_inert_and_refuses_in_one_line(
     one_error_line(harness("audit", str(attempt)), "--propose")
     data = json.loads((attempt / evidence.CHAINS_NAME).read_text())
     assert data["schema_version"] == evidence.CHAINS_SCHEMA_VERSION
+
+
+def test_reexecution_pairs_a_reused_call_id_by_position() -> None:
+    """Some servers reuse call ids (call_0 every turn): each call's recorded result is the one
+    that followed it, not the last result with that id."""
+    from types import SimpleNamespace
+
+    from harness.reexecute import results_by_call
+
+    def event(seq: int, kind: str, **data: object) -> SimpleNamespace:
+        return SimpleNamespace(seq=seq, kind=kind, data=data)
+
+    stream = [event(1, "tool_call", id="dup"), event(2, "tool_result", id="dup", output="a"),
+              event(3, "tool_call", id="dup"), event(4, "tool_result", id="dup", output="b"),
+              event(5, "tool_call", id="other")]
+    paired = results_by_call(stream)
+    assert paired[1].data["output"] == "a" and paired[3].data["output"] == "b"
+    assert 5 not in paired
