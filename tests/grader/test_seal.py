@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +214,25 @@ def test_finished_jobs_are_closed_to_later_runs(tmp_path: Path) -> None:
             st = path.lstat()
             assert st.st_uid == 0 and not st.st_mode & 0o077, (path, oct(st.st_mode))
     shutil.rmtree(work, ignore_errors=True)
+
+
+def test_one_signal_from_the_candidate_uid_ends_every_candidate_process() -> None:
+    """What makes ``reap`` hold against a process that forks and exits thousands of times a
+    second (never where a /proc scan looks): kill(-1) sent from the candidate uid, which the
+    kernel delivers to every process of that uid in one walk. No scan is involved here: the
+    processes go, detached ones in their own sessions included, and the judge is spared."""
+    who = sealed.popen_identity()
+    direct = [subprocess.Popen(["sleep", "600"], start_new_session=True, **who)
+              for _ in range(3)]
+    subprocess.run(["setsid", "sh", "-c", "sleep 600 & exit 0"], check=True, **who)
+    deadline = time.monotonic() + 10
+    while len(sealed.candidate_pids()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(sealed.candidate_pids()) >= 4
+
+    sealed._signal_all_as_candidate()
+    assert [p.wait(timeout=10) for p in direct] == [-signal.SIGKILL] * 3
+    deadline = time.monotonic() + 10
+    while sealed.candidate_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sealed.candidate_pids() == []
