@@ -185,11 +185,10 @@ def reap() -> int:
         pids = candidate_pids()
         _signal_all_as_candidate()
         for pid in pids:
-            try:
+            # Found alive: killed by the signal above, or by this one.
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except ProcessLookupError:
-                pass
+            killed.add(pid)
         if not pids and not candidate_pids():
             return len(killed)
         time.sleep(0.01)
