@@ -249,8 +249,8 @@ class ToolRunner:
         try:
             if extra is not None:
                 return extra(self, **given)
-            handler: Callable[..., ToolResult] = getattr(self, f"_tool_{name}")
-            return handler(**given)
+            result: ToolResult = declared(self, **given)
+            return result
         except ToolError as exc:
             return ToolResult(ok=False, output=f"error: {exc}")
 
