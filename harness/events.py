@@ -12,7 +12,8 @@ says so instead of failing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -359,3 +360,20 @@ def parse(event: Event) -> TypedEvent:
     return TypedEvent(seq=event.seq, ts=event.ts, kind=event.kind,
                       data=data, hash=event.hash)
 
+
+
+Seq = TypeVar("Seq")
+
+
+def call_result_pairs(stream: Iterable[tuple[Seq, str, Any]]) -> dict[Seq, Seq]:
+    """Each tool_call's seq -> the seq of its tool_result, from ``(seq, kind, call id)`` in
+    transcript order: the first result after the call with its id. By position, not by id
+    alone, since a provider may reuse a call id within a session (``call_0`` every turn)."""
+    pairs: dict[Seq, Seq] = {}
+    pending: dict[Any, Seq] = {}
+    for seq, kind, call_id in stream:
+        if kind == "tool_call":
+            pending[call_id] = seq
+        elif kind == "tool_result" and call_id in pending:
+            pairs[pending.pop(call_id)] = seq
+    return pairs

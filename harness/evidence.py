@@ -323,20 +323,20 @@ def build_chains(transcript: Path, typed: list[events.TypedEvent], arm: str,
     offered = set(start.tools) if start is not None else set()
     # Which tool_call each result answers, and the snapshot taken at each call (the event
     # right after the call, with its id): both by position, so a reused call id cannot mislead.
-    call_of: dict[int, events.TypedEvent] = {}
+    by_seq = {event.seq: event for event in typed}
+    call_of = {result: by_seq[call] for call, result in events.call_result_pairs(
+        (e.seq, e.kind, e.data.id if isinstance(e.data, events.ToolCall | events.ToolResult)
+         else None) for e in typed).items()}
     snap_at: dict[int, events.TypedEvent] = {}
-    pending: dict[str, events.TypedEvent] = {}
     last_call: events.TypedEvent | None = None
     for event in typed:
         data = event.data
         if isinstance(data, events.ToolCall):
-            pending[data.id] = last_call = event
+            last_call = event
         elif isinstance(data, events.Snapshot):
             if (last_call is not None and isinstance(last_call.data, events.ToolCall)
                     and data.call_id == last_call.data.id):
                 snap_at[last_call.seq] = event
-        elif isinstance(data, events.ToolResult) and data.id in pending:
-            call_of[event.seq] = pending.pop(data.id)
 
     chains: list[Chain] = []
     diagnostic_called = False

@@ -35,6 +35,7 @@ from harness import replay as rp
 from harness.agent.tools import ExtraTool, ToolResult, ToolRunner
 from harness.budget import Budget, Ledger
 from harness.errors import HarnessError
+from harness.events import call_result_pairs
 from harness.packets import load_packet
 from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits, SandboxLost
 from harness.transcript import read_text
@@ -243,17 +244,11 @@ def reexecute(attempt: Path, *, loaded: rp.Replay | None = None,
 
 
 def results_by_call(events: list[Any]) -> dict[int | None, Any]:
-    """Each tool_call's seq -> its tool_result: the first result after it with its id. By
-    position, since a provider may reuse a call id within a session (the evidence chains pair
-    them the same way)."""
-    result_of: dict[int | None, Any] = {}
-    pending: dict[Any, int | None] = {}
-    for e in events:
-        if e.kind == "tool_call":
-            pending[e.data.get("id")] = e.seq
-        elif e.kind == "tool_result" and e.data.get("id") in pending:
-            result_of[pending.pop(e.data.get("id"))] = e
-    return result_of
+    """Each tool_call's seq -> its tool_result (paired as :func:`events.call_result_pairs`
+    pairs them, as the evidence chains do)."""
+    by_seq = {e.seq: e for e in events}
+    pairs = call_result_pairs((e.seq, e.kind, e.data.get("id")) for e in events)
+    return {call: by_seq[result] for call, result in pairs.items()}
 
 
 def _final_diff(sandbox: Sandbox, attempt: Path, record: records.SessionRecord, folder: Path,
