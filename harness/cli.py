@@ -846,7 +846,8 @@ def validate(
     report_dir: Annotated[Path, typer.Option(help="where the summary goes")] =
     REPO_ROOT / "reports" / "validation",
     variant: Annotated[list[str] | None, typer.Option(
-        help="grade only these variants (e.g. fault:<id>), keep the others from the summary")]
+        help="grade only these variants (e.g. fault:<id>, regression:<id>), keep the others "
+        "from the summary")]
     = None,
 ) -> None:
     """Gold validation: reference passes, baseline and every fault fail exactly as documented."""

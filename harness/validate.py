@@ -5,7 +5,11 @@ The grading path runs, for real, in fresh grader containers on:
 - the untouched baseline: the feature contracts (``validation.yaml: baseline_fails``) fail and
   every other contract passes;
 - each calibration fault (``faults/<id>/``: ``fault.patch`` on top of the reference and a
-  ``fault.yaml`` naming the contracts it ``breaks``): exactly those contracts fail.
+  ``fault.yaml`` naming the contracts it ``breaks``): exactly those contracts fail;
+- each oracle regression (``regressions/<id>/``, the same two files): a realistic fault that an
+  adversarial review found the checks passing, kept so the checks written against it keep
+  failing it. They are graded like calibration faults but are not calibration faults: Track 1
+  (TrainCheck's calibration) uses ``faults/`` only.
 A mismatch in any direction fails validation. Contracts that could not run here (``not_run``,
 e.g. CUDA on a CPU machine) are listed, never counted as agreeing.
 """
@@ -107,6 +111,15 @@ def compare(variant: str, outcomes: Mapping[str, str],
     return problems
 
 
+def fault_folders(hidden_dir: Path) -> list[tuple[str, Path]]:
+    """(kind, folder) of every fault gold validation grades: the calibration faults
+    (``faults/``, kind ``fault``), then the oracle regressions (``regressions/``, kind
+    ``regression``), each sorted by folder name."""
+    return [(kind, path.parent) for kind, folder in (("fault", "faults"),
+                                                      ("regression", "regressions"))
+            for path in sorted(hidden_dir.glob(f"{folder}/*/fault.yaml"))]
+
+
 def validate_task(
     task: str,
     packet_dir: Path,
@@ -123,7 +136,7 @@ def validate_task(
     spec = load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
     assert isinstance(spec, ValidationSpec)
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
-    faults = sorted(p.parent for p in hidden_dir.glob("faults/*/fault.yaml"))
+    faults = fault_folders(hidden_dir)
     client = client or images.docker_client()
     out_dir = new_numbered_dir(out_root / task, "validation")
     variants: list[VariantResult] = []
@@ -135,19 +148,19 @@ def validate_task(
             ("reference", reference, []),
             ("baseline", b"", spec.baseline_fails),
         ]
-        for fault_dir in faults:
+        for kind, fault_dir in faults:
             fault = load_yaml(fault_dir / "fault.yaml", FaultSpec)
             assert isinstance(fault, FaultSpec)
-            fault_work = work / f"fault-{fault.id}"
+            fault_work = work / f"{kind}-{fault.id}"
             fault_work.mkdir()
             patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
                                 fault_work)
-            plans.append((f"fault:{fault.id}", patch, fault.breaks))
+            plans.append((f"{kind}:{fault.id}", patch, fault.breaks))
         if only is not None:
             unknown = set(only) - {name for name, _, _ in plans}
             if unknown:
                 raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
-                                   "use reference, baseline or fault:<id>")
+                                   "use reference, baseline, fault:<id> or regression:<id>")
             plans = [plan for plan in plans if plan[0] in only]
         for variant, patch, expected in plans:
             diff_path = work / f"{variant.replace(':', '-')}.diff"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.paths import REPO_ROOT
-from harness.validate import compare, render_markdown, validate_task
+from harness.validate import compare, fault_folders, render_markdown, validate_task
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
@@ -43,3 +43,18 @@ def test_a_mismatch_in_either_direction_is_reported() -> None:
     assert compare("v", outcomes, ["hidden:zzz*"])[-1] == "v: no contract matches 'hidden:zzz*'"
     # A contract that could not run is neither agreement nor disagreement.
     assert compare("v", outcomes, ["hidden:a", "hidden:c"]) == []
+
+
+def test_oracle_regressions_are_graded_after_the_calibration_faults(tmp_path: Path) -> None:
+    """regressions/<id>/ (faults an adversarial review found the checks passing) are graded by
+    gold validation as regression:<id>, after the calibration faults; folders without a
+    fault.yaml are not faults."""
+    for rel in ("faults/b/fault.yaml", "faults/a/fault.yaml", "regressions/c/fault.yaml",
+                "regressions/notes/README.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    assert fault_folders(tmp_path) == [("fault", tmp_path / "faults" / "a"),
+                                       ("fault", tmp_path / "faults" / "b"),
+                                       ("regression", tmp_path / "regressions" / "c")]
+    assert fault_folders(HIDDEN) == [("fault", HIDDEN / "faults" / name)
+                                     for name in ("off-by-one-ramp", "scheduler-not-resumed")]

@@ -225,7 +225,12 @@ def ddp_fp64(runs_dir: Path) -> Run:
 
 @pytest.fixture(scope="session")
 def fsdp_fp64(runs_dir: Path) -> Run:
-    return launch_train("fsdp-fp64", runs_dir, _eq_args("gloo-fsdp-2", "fp64"), nproc=2)
+    """The gloo-fsdp-2 fp64 run, exported at the end (--export under FSDP2: the full model
+    gathered from the shards, as under the other configurations)."""
+    job = sealed.job_dir("fsdp-fp64")
+    return launch_train("fsdp-fp64", runs_dir,
+                        _eq_args("gloo-fsdp-2", "fp64", "--export", str(job / "model.pt2")),
+                        nproc=2, job=job)
 
 
 @pytest.fixture(scope="session")
@@ -320,6 +325,13 @@ def cli_run(runs_dir: Path) -> Run:
                        ["--config", "cpu-1", "--layer-pattern", "AMM", "--steps", "2",
                         "--export", str(job / "model.pt2")], nproc=1, job=job)
     return run
+
+
+@pytest.fixture(scope="session")
+def cli_two_layers(runs_dir: Path) -> Run:
+    """--n-layers 2 and no pattern: two attention layers (the flag keeps working alone)."""
+    return launch_train("cli-two-layers", runs_dir,
+                        ["--config", "cpu-1", "--n-layers", "2", "--steps", "1"], nproc=1)
 
 
 @pytest.fixture(scope="session")

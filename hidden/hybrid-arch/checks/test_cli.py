@@ -60,13 +60,15 @@ def _replay_errors(run: Any, traj: judge_replay.Trajectory) -> dict[str, float]:
 
 
 def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_cpu1: Any,
-                                                programs: Any, record_property: Any) -> None:
+                                                cli_two_layers: Any, programs: Any,
+                                                record_property: Any) -> None:
     """train.py --layer-pattern AMM (no --n-layers) builds 3 layers with that pattern, records
-    it in summary.json, and a pattern with other characters is rejected; the run trains that
+    it in summary.json, and a pattern with other characters, or with another length than an
+    explicit --n-layers (--n-layers 6 --layer-pattern AMAM), is rejected; the run trains that
     model: its final weights, optimizer state and logged losses are the judge's replay of the
     two steps with the candidate's seeded AMM model (1e-5). The CLI's defaults are TASK.md's:
-    without --layer-pattern summary.json records the pattern used, "AAAA" (4 layers), and
-    without --dtype the weights are fp32."""
+    without --layer-pattern summary.json records the pattern used, "AAAA" (4 layers), or "AA"
+    with --n-layers 2, and without --dtype the weights are fp32."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", "exact (strings, key sets, dtypes)")
@@ -103,18 +105,32 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
     assert within(errors["loss"], LOSS_TOL), f"logged losses differ by {errors['loss']}"
     assert within(errors["lr"], LR_TOL), f"logged LRs differ by {errors['lr']}"
 
+    cli_two_layers.require(record_property)
+    two = cli_two_layers.summary().get("model", {})
+    record_property("summary_model_n_layers_2", str(two))
+    assert two.get("layer_pattern") == "AA" and two.get("n_layers") == 2, (
+        f"--n-layers 2 without --layer-pattern: summary.json records {two}, not 2 attention "
+        "layers ('AA')")
+
+    for name, flags in (("bad_pattern", ["--layer-pattern", "AXA"]),
+                        ("pattern_length_mismatch", ["--n-layers", "6", "--layer-pattern",
+                                                     "AMAM"])):
+        returncode = _exit_code(flags, name)
+        record_property(f"{name}_exit_code", returncode)
+        assert returncode != 0, f"train.py {' '.join(flags)} was accepted"
+
+
+def _exit_code(flags: list[str], name: str) -> int:
+    """The exit status of a one-step cpu-1 ``train.py`` with ``flags`` (as subprocess reports it:
+    the exit code, or minus the signal that killed it); a hang fails the check as one."""
     root = workdir()
-    log = Path(tempfile.mkdtemp(prefix="bad-pattern-")) / "run.log"
-    res = run_command([sys.executable, "train.py", "--config", "cpu-1", "--layer-pattern",
-                       "AXA", "--steps", "1"], cwd=root, env=run_env(root),
-                      timeout_s=BAD_PATTERN_TIMEOUT_S, log_path=log)
+    log = Path(tempfile.mkdtemp(prefix=f"{name.replace('_', '-')}-")) / "run.log"
+    res = run_command([sys.executable, "train.py", "--config", "cpu-1", *flags, "--steps", "1"],
+                      cwd=root, env=run_env(root), timeout_s=BAD_PATTERN_TIMEOUT_S, log_path=log)
     if res.timed_out:
-        raise CandidateRunFailed("hang", f"train.py --layer-pattern AXA still running after "
+        raise CandidateRunFailed("hang", f"train.py {' '.join(flags)} still running after "
                                  f"{BAD_PATTERN_TIMEOUT_S} s\n{log.read_text()[-2000:]}")
-    # As subprocess reports it: the exit code, or minus the signal that killed it.
-    returncode = res.exit_code if res.exit_code is not None else -(res.signal or 0)
-    record_property("bad_pattern_exit_code", returncode)
-    assert returncode != 0, "--layer-pattern AXA was accepted"
+    return res.exit_code if res.exit_code is not None else -(res.signal or 0)
 
 
 def _require_fp32(state: dict[str, Any], run: str) -> None:

@@ -176,9 +176,11 @@ def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
 
 
 def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
-    """Chunked decoding with init_cache (chunks 1, 3, 5, 32 and an irregular schedule) equals
+    """Chunked decoding with init_cache (chunks 1, 2, 3, 5, 32 and an irregular schedule) equals
     the full forward for hybrid patterns (by their keys no mixer layer is an attention block):
-    1e-4 in fp32, 1e-10 in fp64."""
+    1e-4 in fp32, 1e-10 in fp64. Chunks of every length below the mixer's default kernel (4)
+    follow one another, so a state update that is right only for one-token or kernel-sized
+    chunks is read back."""
     record_property("oracle", "differential")
     record_property("configurations", "cpu-1")
     record_property("tolerance", "fp32 1e-4, fp64 1e-10 (max abs logit difference)")
@@ -188,7 +190,7 @@ def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
     dtypes = {"float32": torch.float32, "float64": torch.float64}
     seen = probe.call(PROBE, "cached_decoding", patterns=["AMAM", "MMMM", "MAAM"],
                       dtypes=list(dtypes), std=SCALED_STD, seed=0, tokens=x,
-                      chunks=[1, 3, 5, 32], schedule=[7, 1, 13, 11])
+                      chunks=[1, 2, 3, 5, 32], schedule=[7, 1, 2, 13, 9])
     errors: dict[str, float] = {}
     for pattern in ("AMAM", "MMMM", "MAAM"):
         _require_stack(seen["keys"].get(pattern), pattern)
@@ -197,8 +199,8 @@ def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
             results = dict(seen[f"{pattern}-{dtype_name}"])
             full = _logits(results.pop("full"), (x.shape[0], x.shape[1], VOCAB))
             assert as_float(full.abs().max()) > 1.0, "logits too small for a meaningful comparison"
-            assert sorted(results) == sorted(["chunk1", "chunk3", "chunk5", "chunk32",
-                                              "irregular"]), sorted(results)
+            assert sorted(results) == sorted(["chunk1", "chunk2", "chunk3", "chunk5",
+                                              "chunk32", "irregular"]), sorted(results)
             for name, got in results.items():
                 diff = max_abs_diff(got, full)
                 label = f"{pattern}-{str(dtype).removeprefix('torch.')}-{name}"
@@ -342,10 +344,11 @@ RESIDUAL_TOL = 1e-10
 # feed-forward as the attention block"); its keys and shapes as the baseline has them.
 FFN_KEYS = {"ffn_norm.weight": (64,), "feed_forward.w1.weight": (256, 64),
             "feed_forward.w2.weight": (64, 256)}
-# Other ModelArgs sizes than the defaults: nothing divides evenly (dim 42 = 3 heads of 14, an
-# odd vocabulary, a sequence length that is prime and no multiple of any decoding chunk), and
-# a five-layer pattern. The feature's own sizes must follow ModelArgs, not the defaults.
-ODD_SIZES = {"vocab_size": 37, "dim": 42, "n_heads": 3, "ffn_hidden": 90, "max_seq_len": 23}
+# Other ModelArgs sizes than the defaults: nothing divides evenly (dim 45 = 3 heads of 15, odd
+# so that no half of it is whole, an odd vocabulary, a sequence length that is prime and no
+# multiple of any decoding chunk), and a five-layer pattern. The feature's own sizes must
+# follow ModelArgs, not the defaults.
+ODD_SIZES = {"vocab_size": 37, "dim": 45, "n_heads": 3, "ffn_hidden": 90, "max_seq_len": 23}
 ODD_PATTERN = "MAMMA"
 
 
@@ -366,7 +369,10 @@ def test_mixer_placement_follows_inputs(record_property: Any) -> None:
     forward, chunked decoding and LM-loss gradients when every tensor factory called without
     ``device=`` builds on the ``meta`` device (every tensor the model creates must take its
     device from its inputs or parameters), and keep float64 end to end: logits, every gradient
-    and the default decoding state are fp64 CPU tensors. On a host with two GPUs (the CUDA
+    and the default decoding state are fp64 CPU tensors. Moved as a whole to another device
+    (``.to("meta")``, meta inputs), the same models run the forward, decoding and backward
+    there, every output, gradient and state tensor on that device (nothing the forward uses is
+    left behind outside the parameters and buffers). On a host with two GPUs (the CUDA
     configurations), the same models on cuda:0 keep every output, gradient and state tensor on
     the GPU, compute the CPU logits (2e-2), decode as the full forward does (fp32 2e-2, bf16
     autocast 0.25) and keep the state in the model's dtype under autocast."""
@@ -425,11 +431,31 @@ def test_mixer_placement_follows_inputs(record_property: Any) -> None:
         record_property(f"meta_vs_plain_max_abs_{label}", diff)
     bad = {label: diff for label, diff in diffs.items() if not within(diff, PLACEMENT_TOL)}
     assert not bad, f"with device-less factories on meta the model computes other values: {bad}"
+    for pattern in patterns:
+        _moved_as_a_whole(seen.get(f"{pattern}-moved"), pattern)
 
     available = gpus()
     record_property("gpus", available)
     if available >= 2:
         _check_on_cuda(patterns, x, batch, record_property)
+
+
+def _moved_as_a_whole(run: Any, pattern: str) -> None:
+    """The ``moved`` run of ``placement_runs``: the model moved with ``.to("meta")`` computed on
+    meta inputs, and everything it produced is a float64 meta tensor."""
+    where = f"{pattern} moved with .to('meta')"
+    assert isinstance(run, dict), f"{where}: no observations"
+    assert "error" not in run, (
+        f"{where} raised on meta inputs (as .to('cuda') would on a GPU): {run['error']}")
+    observed = [(what, run.get(what)) for what in ("full", "decoded", "logits")]
+    observed += [(f"init_cache tensor {i}", e) for i, e in enumerate(run.get("cache") or [])]
+    observed += [(f"the gradient of {n}", g) for n, g in (run.get("grads") or {}).items()
+                 if isinstance(g, dict) and g.get("type") != "NoneType"]
+    for what, obs in observed:
+        assert isinstance(obs, dict) and obs.get("device") == "meta", (
+            f"{where}: {what} is on {obs.get('device') if isinstance(obs, dict) else obs}")
+        if obs.get("dtype") not in ("int64", "int32", "bool"):
+            assert obs.get("dtype") == "float64", f"{where}: {what} is {obs.get('dtype')}"
 
 
 def _check_on_cuda(patterns: tuple[str, ...], x: torch.Tensor, batch: torch.Tensor,
@@ -509,7 +535,10 @@ def test_mixer_block_is_a_residual_block(record_property: Any) -> None:
     """A mixer block is a pre-norm residual block: with all its parameters zero it is the
     identity (the model equals the pristine baseline with an all-zero attention block there),
     and with only its feed-forward kept (when it has the attention block's feed-forward keys)
-    it adds that feed-forward exactly as the baseline's block does (fp64, 1e-10)."""
+    it adds that feed-forward exactly as the baseline's block does (fp64, 1e-10). With every
+    parameter non-zero, the feed-forward reads the mixer's residual stream: the block's output
+    is h + feed_forward(ffn_norm(h)), h being its output with the feed-forward's w2 zeroed
+    (the baseline's RMSNorm and feed-forward on the block's weights, fp64, 1e-10)."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", RESIDUAL_TOL)
@@ -547,6 +576,39 @@ def test_mixer_block_is_a_residual_block(record_property: Any) -> None:
             f"h + feed_forward(ffn_norm(h))")
         checked += 1
     assert checked >= 2
+    _feed_forward_reads_the_mixer_output(x, record_property)
+
+
+def _feed_forward_reads_the_mixer_output(x: torch.Tensor, record_property: Any) -> None:
+    """Layer 1 of AMAM (a mixer block), every parameter non-zero: output = h + FFN(norm(h))."""
+    got = probe.call(PROBE, "block_io", pattern="AMAM", layer=1, std=SCALED_STD, seed=0,
+                     tokens=x)
+    _require_stack(got.get("keys"), "AMAM")
+    state = got.get("state") or {}
+    if got.get("no_ffn") or not all(_has_shape(state.get(f"layers.1.{k}"), shape)
+                                    for k, shape in FFN_KEYS.items()):
+        record_property("AMAM-layer1-ffn-after-mixer", "not applicable: no baseline feed-forward "
+                        "keys")
+        return
+    block_in, h, out = (as_tensor(got.get(k)) for k in ("input", "output_without_ffn", "output"))
+    assert block_in is not None and h is not None and out is not None, "the probe saw no block"
+    mixed = max_abs_diff(h, block_in)
+    record_property("AMAM-layer1-mixer-branch-max_abs", mixed)
+    assert as_float(mixed) > MIXING_MIN_EFFECT, "fixture problem: the mixer branch is zero"
+    model = judge_replay.pristine("model")
+    args = model.ModelArgs()
+    norm, ffn = model.RMSNorm(args.dim, args.norm_eps).double(), model.FeedForward(args).double()
+    with torch.no_grad(), judge_replay.one_thread(), kept_environment():
+        norm.weight.copy_(as_tensor(state["layers.1.ffn_norm.weight"]))
+        ffn.w1.weight.copy_(as_tensor(state["layers.1.feed_forward.w1.weight"]))
+        ffn.w2.weight.copy_(as_tensor(state["layers.1.feed_forward.w2.weight"]))
+        want = h.double() + ffn(norm(h.double()))
+    diff = max_abs_diff(out, want)
+    record_property("AMAM-layer1-ffn-after-mixer_max_abs", diff)
+    assert within(diff, RESIDUAL_TOL), (
+        f"AMAM layer 1: the block's output differs from h + feed_forward(ffn_norm(h)) (h: the "
+        f"block with its feed-forward zeroed) by {diff}: the feed-forward does not read the "
+        f"mixer's output")
 
 
 def _has_shape(value: Any, shape: tuple[int, ...]) -> bool:
@@ -608,19 +670,20 @@ def test_seeded_init_is_deterministic(programs: Any, record_property: Any) -> No
 
 
 def test_mixer_at_other_model_sizes(record_property: Any) -> None:
-    """With other ModelArgs sizes (vocab 37, dim 42 in 3 heads, ffn 90, max_seq_len 23) and the
-    five-layer pattern MAMMA, the model is still causal (prefix recomputation, fp64 1e-10) and
-    chunked decoding (chunks 1, 4, 6, 23 and an irregular schedule, none dividing 23) still equals
-    the full forward (fp32 1e-4, fp64 1e-10)."""
+    """With other ModelArgs sizes (vocab 37, an odd dim 45 in 3 heads, ffn 90, max_seq_len 23)
+    and the five-layer pattern MAMMA, the model is still causal (prefix recomputation, fp64
+    1e-10) and chunked decoding (chunks 1, 2, 4, 6, 23 and an irregular schedule, none dividing
+    23) still equals the full forward (fp32 1e-4, fp64 1e-10)."""
     record_property("oracle", "differential")
     record_property("configurations", "cpu-1")
     record_property("tolerance", f"prefix {PREFIX_TOL_FP64}; decoding fp32 1e-4, fp64 1e-10")
     record_property("why", "the default sizes are all powers of two: a mixer size computed from "
-                    "the defaults or with floor/ceil where it is not whole, or a chunk boundary "
-                    "assumed to divide the sequence, only shows at sizes that do not divide")
+                    "the defaults or with floor/ceil where it is not whole (dim // 2 of an odd "
+                    "dim), or a chunk boundary assumed to divide the sequence, only shows at "
+                    "sizes that do not divide")
     seq, vocab = ODD_SIZES["max_seq_len"], ODD_SIZES["vocab_size"]
     x = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(11))
-    chunks, schedule = [1, 4, 6, 23], [6, 1, 9, 7]
+    chunks, schedule = [1, 2, 4, 6, 23], [6, 1, 2, 9, 5]
     dtypes = {"float32": torch.float32, "float64": torch.float64}
     both = probe.call(PROBE, "other_sizes", pattern=ODD_PATTERN, sizes=ODD_SIZES, std=SCALED_STD,
                       seed=0, tokens=x, dtypes=list(dtypes), chunks=chunks, schedule=schedule)

@@ -9,6 +9,7 @@ no tolerance and no canary: every comparison is made by the checks (the judge).
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 from pathlib import Path
 from types import ModuleType
@@ -343,7 +344,10 @@ def placement_runs(patterns: list[str], std: float, seed: int, tokens: torch.Ten
     """Per pattern, the fp64 scaled model (CPU parameters; the token inputs are CPU tensors) run
     twice with the same weights: as is (``plain``), and under :class:`_UnplacedToMeta`
     (``meta``), where every tensor the model creates with a factory and no ``device=`` (0-dim
-    ones excepted) lands on the meta device. Each run: the full forward of ``tokens`` and
+    ones excepted) lands on the meta device; then a copy moved as a whole with
+    ``.to("meta")`` and run on meta inputs (``moved``), as ``.to("cuda")`` and CUDA inputs
+    would run it: whatever the module keeps outside its parameters and buffers stays behind on
+    the CPU. Each run: the full forward of ``tokens`` and
     ``decode_logits(chunk)`` (eval mode, no_grad), the placement of every tensor of
     ``init_cache(batch)``, and the next-token cross-entropy gradients of a train-mode forward
     over ``batch``; every tensor as its device, dtype and (CPU tensors only) values. A run
@@ -353,10 +357,15 @@ def placement_runs(patterns: list[str], std: float, seed: int, tokens: torch.Ten
     for pattern in patterns:
         model = _scaled_model(m, pattern, "float64", std, seed)
         out["keys"][pattern] = _keys(model)
-        for mode in ("plain", "meta"):
+        for mode in ("plain", "meta", "moved"):
             try:
-                out[f"{pattern}-{mode}"] = _placement_run(m, model, tokens, batch, chunk,
-                                                          meta=mode == "meta")
+                if mode == "moved":
+                    moved = copy.deepcopy(model).to("meta")
+                    out[f"{pattern}-{mode}"] = _placement_observations(
+                        m, moved, tokens.to("meta"), batch.to("meta"), chunk)
+                else:
+                    out[f"{pattern}-{mode}"] = _placement_run(m, model, tokens, batch, chunk,
+                                                              meta=mode == "meta")
             except Exception as exc:  # the judge fails the check with this text
                 out[f"{pattern}-{mode}"] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
     return out
@@ -399,6 +408,42 @@ def cache_dtype_decoding(patterns: list[str], pairs: list[list[str]], std: float
                               "before": before, "after": after}
             except Exception as exc:  # the judge fails the check with this text
                 out[label] = {"error": f"{type(exc).__name__}: {exc}"[:1500]}
+    return out
+
+
+def block_io(pattern: str, layer: int, std: float, seed: int,
+             tokens: torch.Tensor) -> dict[str, Any]:
+    """The fp64 scaled model of ``pattern`` (eval, no_grad), its block ``model.layers[layer]``
+    in a full forward of ``tokens``: the block's input and output, then its output again with
+    ``layers.{layer}.feed_forward.w2.weight`` zeroed (``output_without_ffn``; ``no_ffn`` when the
+    block has no such parameter), and the block's state before the zeroing."""
+    m = _model_module()
+    model = _scaled_model(m, pattern, "float64", std, seed)
+    block = model.layers[layer]
+    seen: dict[str, Any] = {}
+
+    def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        seen.setdefault("input", args[0] if args else kwargs.get("x"))
+        seen["output"] = output[0] if isinstance(output, tuple) else output
+
+    handle = block.register_forward_hook(hook, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model(tokens)
+            out: dict[str, Any] = {"keys": _keys(model), "input": _tensor(seen.get("input")),
+                                   "output": _tensor(seen.get("output"))}
+            prefix = f"layers.{layer}."
+            out["state"] = {k: _tensor(v) for k, v in model.state_dict().items()
+                            if k.startswith(prefix)}
+            w2 = dict(model.named_parameters()).get(f"{prefix}feed_forward.w2.weight")
+            if w2 is None:
+                out["no_ffn"] = True
+                return out
+            w2.zero_()
+            model(tokens)
+            out["output_without_ffn"] = _tensor(seen.get("output"))
+    finally:
+        handle.remove()
     return out
 
 

@@ -155,18 +155,28 @@ def test_moe_forward_matches_independent_reference(record_property: Any) -> None
     _forward_cases(CASES, MIN_ROUTING_GAP, record_property)
 
 
-# The capacity rule where rounding decides: K = E, so every token asks every expert once, expert
-# e's queue in a sequence is its tokens in position order, and a token is kept whole (one of the
-# first C) or dropped whole. Gate renormalisation (over a sum of 1) and the order of a token's
-# choices cannot move the output there: only the capacity rule can (C, the per-sequence group,
-# position order). F*T*K/E is never a whole number, sequences are shorter than seq_len, and one
-# case has a single expert (E = 1, the smallest MoE).
+# The capacity rule where rounding decides. First K = E, so every token asks every expert once,
+# expert e's queue in a sequence is its tokens in position order, and a token is kept whole (one
+# of the first C) or dropped whole. Gate renormalisation (over a sum of 1) and the order of a
+# token's choices cannot move the output there: only the capacity rule can (C, the per-sequence
+# group, position order). F*T*K/E is never a whole number, sequences are shorter than seq_len,
+# and one case has a single expert (E = 1, the smallest MoE).
 CAPACITY_CASES = [
     # (config, seed, T): F*T*K/E -> C
     (R.Cfg(experts=1, top_k=1, capacity_factor=0.3, aux_weight=0.05), 7, 13),  # 3.9 -> 4
     (R.Cfg(experts=4, top_k=4, capacity_factor=0.3, aux_weight=0.05), 7, 21),  # 6.3 -> 7
     (R.Cfg(experts=2, top_k=2, capacity_factor=0.7, aux_weight=0.05), 7, 9),  # 6.3 -> 7
     (R.Cfg(experts=3, top_k=3, capacity_factor=0.55, aux_weight=0.05), 7, 32),  # 17.6 -> 18
+    # Then K < E with T*K not a multiple of E, so each intermediate of the formula (T*K/E, F*T/E,
+    # F*T*K) is fractional too: a rule that rounds any of them on the way (an even share
+    # T*K // E scaled by F, K applied after rounding F*T/E) lands elsewhere. Capacities of 1, 2
+    # and 4 (a minimum capacity, as some MoE libraries apply, overrides the formula below it).
+    # Routing matters here; the fixed inputs route no near tie (smallest top-k gap >= 1.8e-4).
+    (R.Cfg(experts=3, top_k=2, capacity_factor=1.0, aux_weight=0.05), 11, 32),  # 21.3 -> 22
+    (R.Cfg(experts=8, top_k=1, capacity_factor=1.25, aux_weight=0.05), 11, 8),  # 1.25 -> 2
+    (R.Cfg(experts=6, top_k=2, capacity_factor=0.4, aux_weight=0.05), 11, 7),  # 0.93 -> 1
+    (R.Cfg(experts=5, top_k=2, capacity_factor=0.7, aux_weight=0.05), 11, 11),  # 3.08 -> 4
+    (R.Cfg(experts=4, top_k=3, capacity_factor=0.45, aux_weight=0.05), 11, 9),  # 3.04 -> 4
 ]
 # Capacity rules a candidate could write instead of ceil(F*T*K/E) over the sequence's T tokens.
 OTHER_CAPACITY_RULES: dict[str, R.CapacityRule] = {
@@ -175,25 +185,34 @@ OTHER_CAPACITY_RULES: dict[str, R.CapacityRule] = {
     "ceil - 1": lambda c, t: R.capacity(c, t) - 1,
     "ceil + 1": lambda c, t: R.capacity(c, t) + 1,
     "T = seq_len": lambda c, t: R.capacity(c, c.seq_len),
+    "ceil(F * (T*K // E))": lambda c, t: math.ceil(c.capacity_factor * (t * c.top_k // c.experts)),
+    "ceil(F * ceil(T*K/E))": lambda c, t: math.ceil(
+        c.capacity_factor * math.ceil(t * c.top_k / c.experts)),
+    "ceil(F*T/E) * K": lambda c, t: math.ceil(c.capacity_factor * t / c.experts) * c.top_k,
+    "at least 2": lambda c, t: max(2, R.capacity(c, t)),
+    "at least 4": lambda c, t: max(4, R.capacity(c, t)),
 }
 # Each other rule must move the reference's logits by at least this in some case (measured:
-# >= 1.3 for every rule), so the cases decide between them.
+# >= 0.9 for every rule), so the cases decide between them.
 CAPACITY_DISCRIMINATION = 0.1
 
 
 def test_capacity_rule_at_fractional_limits(record_property: Any) -> None:
     """The capacity C = ceil(F*T*K/E) per sequence, where F*T*K/E is not a whole number (3.9,
-    6.3, 17.6), for sequences of 13, 21, 9 and 32 tokens (T, not seq_len) and a single-expert
-    MoE: with K = E (nothing but the capacity rule can move the output) the candidate's fp64
+    6.3, 17.6 with K = E, where nothing but the capacity rule can move the output; 21.3, 1.25,
+    0.93, 3.08, 3.04 with K < E and T*K not a multiple of E), for sequences of 7 to 32 tokens
+    (T, not seq_len), a single-expert MoE and capacities of 1, 2 and 4: the candidate's fp64
     TinyLM matches the independent reference in logits, aux loss and gradients (logits 1e-5, aux
-    1e-7, grads 1e-6). floor, int, round, C +- 1 and a capacity from seq_len each move the
-    reference's logits by >= 0.1 in some case."""
+    1e-7, grads 1e-6). floor, int, round, C +- 1, a capacity from seq_len, an even share
+    T*K // E (or its ceiling) scaled by F, K applied after rounding, and a minimum capacity of 2
+    or 4 each move the reference's logits by >= 0.1 in some case."""
     _record(record_property, oracle="reference", configurations="cpu-1",
             tolerance=f"logits {LOGITS_ATOL:g}, aux {AUX_ATOL:g}, gradients {GRAD_ATOL:g} "
                       "(max abs, fp64), as the forward reference check",
             why="same comparison as test_moe_forward_matches_independent_reference (reference "
-                "solution ~1e-15); with K = E routing details other than the capacity rule "
-                "cannot move the output, and each other rounding of the capacity moves the "
+                "solution ~1e-15); in the K = E cases routing details other than the capacity "
+                "rule cannot move the output, the K < E cases route no near tie (top-k gap "
+                ">= 1.8e-4), and each other rounding of the capacity moves the "
                 f"logits by >= {CAPACITY_DISCRIMINATION:g} (recorded as other_rules)")
     moved = {}
     with torch.no_grad():
@@ -209,7 +228,7 @@ def test_capacity_rule_at_fractional_limits(record_property: Any) -> None:
                                              for k, v in moved.items()))
     weak = [k for k, v in moved.items() if not v >= CAPACITY_DISCRIMINATION]
     assert not weak, f"fixture problem: the cases do not tell ceil from {weak}"
-    _forward_cases(CAPACITY_CASES, None, record_property)
+    _forward_cases(CAPACITY_CASES, MIN_ROUTING_GAP, record_property)
 
 
 def _same_numbers(got: Any, want: tuple[float, ...]) -> bool:
@@ -230,7 +249,9 @@ def test_config_fields_and_validation(record_property: Any) -> None:
     """ModelConfig has moe_experts=0, moe_top_k=2, moe_capacity_factor=1.25, moe_aux_weight=0.01 by
     default; validate() raises ValueError for E<0 and, with E>0, for K<1, K>E, F<=0, W<0; train.py
     maps the four --moe-* flags onto them, with the same defaults (--moe-experts 0; with only
-    --moe-experts 4 given: top-2, factor 1.25, weight 0.01). Anchor: the fields configure the
+    --moe-experts 4 given: top-2, factor 1.25, weight 0.01), and invalid flags (--moe-experts 1
+    with the default top-2, top-5 of 4, factor 0) are rejected, not adjusted (ValueError or an
+    argparse error from parse_args or validate()). Anchor: the fields configure the
     MoE: TinyLM built from the parsed flags of the all-experts setting (E 4, top-4, F 1.25,
     W 0.05; ModelConfig itself when train.py has no parse_args) and holding fixed weights computes
     the reference's logits and aux (fp64, 1e-6)."""
@@ -243,12 +264,16 @@ def test_config_fields_and_validation(record_property: Any) -> None:
     bad = [dict(moe_experts=-1), dict(moe_experts=4, moe_top_k=0),
            dict(moe_experts=4, moe_top_k=5), dict(moe_experts=4, moe_capacity_factor=0.0),
            dict(moe_experts=4, moe_capacity_factor=-1.0), dict(moe_experts=4, moe_aux_weight=-0.1)]
+    # The same invalid settings through the command line (K > E by an expert count below the
+    # default top-2, and by a top-k above it): the flags must reach the config unchanged.
+    bad_flags = [["--moe-experts", "1"], ["--moe-experts", "4", "--moe-top-k", "5"],
+                 ["--moe-experts", "4", "--moe-capacity-factor", "0"]]
     anchor = all_experts_case(17)
     seen = probe.call(PROBE, "config_fields", timeout_s=PROBE_TIMEOUT_S, valid=valid,
                       invalid=bad, flags=["--moe-experts", "6", "--moe-top-k", "3",
                                           "--moe-capacity-factor", "0.75",
                                           "--moe-aux-weight", "0.05"],
-                      anchor={**anchor, "flags": ALL_EXPERTS_FLAGS})
+                      anchor={**anchor, "flags": ALL_EXPERTS_FLAGS}, invalid_flags=bad_flags)
     seen = seen if isinstance(seen, dict) else {}
     record_property("defaults", str(seen.get("defaults_repr")))
     assert _same_numbers(seen.get("defaults"), (0, 2, 1.25, 0.01)), \
@@ -278,6 +303,14 @@ def test_config_fields_and_validation(record_property: Any) -> None:
             f"train.py --moe-experts 4 (other MoE flags left at their defaults) gave " \
             f"{seen.get('flag_defaults')}, TASK.md's defaults are top-k 2, capacity factor " \
             "1.25, aux weight 0.01"
+        how = seen.get("invalid_flags")
+        assert isinstance(how, list) and len(how) == len(bad_flags), \
+            f"the probe did not report the invalid flags ({how!r})"
+        accepted_flags = [" ".join(f) for f, h in zip(bad_flags, how, strict=True)
+                          if not _rejection(h)]
+        assert not accepted_flags, (
+            f"train.py accepted invalid settings (parse_args and validate() raised no "
+            f"ValueError): {accepted_flags}")
     else:
         assert seen.get("has_parse") is False, "the probe did not say whether train.py parses"
     # The anchor: the fields (through the CLI when there is one) configure the MoE.
@@ -290,6 +323,14 @@ def test_config_fields_and_validation(record_property: Any) -> None:
         f"TinyLM under the parsed settings E 4, top-4, F 1.25, W 0.05 differs from the "
         f"reference MoE by logits {d_logits:g}, aux {d_aux:g}: the fields do not configure the "
         "MoE")
+
+
+def _rejection(how: Any) -> bool:
+    """The probe's word for invalid flags is a rejection: ValueError, or argparse's exit with a
+    non-zero status."""
+    return isinstance(how, str) and (
+        how == "ValueError"
+        or (how.startswith("SystemExit(") and how not in ("SystemExit(0)", "SystemExit(None)")))
 
 
 def _state_changes(before: Any, after: Any) -> list[str]:
@@ -381,7 +422,9 @@ def test_forward_device_and_dtype_placement(record_property: Any) -> None:
     CPU-built tensors; 0-dim ones excepted, as on a GPU), a training forward and backward and an
     eval forward run, with outputs plain CPU tensors: in the all-experts setting equal to the
     reference (1e-6), and with the task's routing and heavy drops (E 4, top-2, F 0.5) float64
-    with a 0-dim aux. (3) The fp32 model's logits are float32 and its aux fp32 or fp64."""
+    with a 0-dim aux. (3) The fp32 model's logits are float32 and its aux fp32 or fp64. (4) Under
+    CPU bf16 autocast (the cuda-* configurations' mixed precision) the fp32 model's training
+    forward and backward run, with finite outputs and gradients and an fp32 or fp64 aux."""
     _record(record_property, oracle="reference", configurations="cpu-1",
             tolerance=f"fp64: logits and non-router gradients {FP64_EXACT_ATOL:g} max abs, "
                       f"aux {AUX_ATOL:g}; meta: all-experts outputs {ALL_EXPERTS_ATOL:g}; "
@@ -482,4 +525,20 @@ def test_forward_device_and_dtype_placement(record_property: Any) -> None:
                 (_device_of(where, 0), _device_of(where, 1)) != ("cpu", "cpu"):
             problems.append(f"fp32 model {phase}: outputs {where} (expected float32 logits and "
                             "an fp32 or fp64 aux, on the CPU)")
+
+    # (4) bf16 autocast, the cuda-* configurations' mixed precision, run on the CPU.
+    ac = seen.get("autocast") if isinstance(seen.get("autocast"), dict) else {}
+    record_property("autocast", str(ac))
+    where = ac.get("train")
+    if "error" in ac or not ac:
+        problems.append(f"fp32 model under CPU bf16 autocast: {ac.get('error') or 'no answer'}")
+    elif (_dtype_of(where, 1) not in ("torch.float32", "torch.float64")
+          or where[1].get("shape") != [] or where[0].get("type") != "Tensor"
+          or (_device_of(where, 0), _device_of(where, 1)) != ("cpu", "cpu")):
+        problems.append(f"fp32 model under CPU bf16 autocast: outputs {where} (expected plain CPU "
+                        "tensors, a 0-dim aux in fp32 or fp64: the balance statistics come from "
+                        "router probabilities computed in at least fp32)")
+    elif ac.get("finite") is not True or not ac.get("grads"):
+        problems.append(f"fp32 model under CPU bf16 autocast: outputs or gradients not finite "
+                        f"({ac.get('grads')} gradients)")
     assert not problems, " | ".join(problems)

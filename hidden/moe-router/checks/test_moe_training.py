@@ -362,10 +362,11 @@ def test_starved_expert_fsdp_matches_one_process(
 
 
 def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> None:
-    """Under gloo-ddp-2 in training (one-layer MoE model, fp64, fixed weights), each rank's aux loss
-    is W * E * sum_e f_e * P_e with f_e from the all-reduced (global) assignment counts and P_e over
-    the rank's own tokens; in eval mode, run on rank 0 alone, it runs no collective and uses local
-    counts (rel 1e-6)."""
+    """Under gloo-ddp-2 in training mode (one-layer MoE model, fp64, fixed weights), each rank's
+    aux loss is W * E * sum_e f_e * P_e with f_e from the all-reduced (global) assignment counts
+    and P_e over the rank's own tokens, with autograd on and under no_grad (the mode is the
+    module's, not autograd's); in eval mode, run on rank 0 alone, under no_grad and with autograd
+    on, it runs no collective and uses local counts (rel 1e-6)."""
     _record(record_property, oracle="reference", configurations="gloo-ddp-2",
             tolerance=f"relative {P.AUX_RTOL:g} per rank",
             why="fp64 with fixed parameters: the reference solution measured 1.6e-16 relative, "
@@ -388,13 +389,20 @@ def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> 
                 and type(got.get("train_aux_dim")) is int and got.get("train_aux_dim") == 0):
             bad.append(lines[-1] + f", type {got.get('train_aux_type')} dim "
                        f"{got.get('train_aux_dim')}")
+        nograd = as_float(got.get("train_nograd_aux"))
+        rel_nograd = abs(nograd - want) / abs(want)
+        lines.append(f"rank {r}: training-mode aux under no_grad {nograd:.12g} (rel "
+                     f"{rel_nograd:.3g})")
+        if not within(rel_nograd, P.AUX_RTOL):
+            bad.append(lines[-1])
     want_eval = expected["train_local"][0]
-    eval_aux = as_float(ranks[0].get("eval_aux"))
-    rel_eval = abs(eval_aux - want_eval) / abs(want_eval)
-    lines.append(f"rank 0 eval aux {eval_aux:.12g} vs local {want_eval:.12g} "
-                 f"(rel {rel_eval:.3g})")
-    if not within(rel_eval, P.AUX_RTOL):
-        bad.append(lines[-1])
+    for key, how in (("eval_aux", "under no_grad"), ("eval_grad_aux", "with autograd on")):
+        eval_aux = as_float(ranks[0].get(key))
+        rel_eval = abs(eval_aux - want_eval) / abs(want_eval)
+        lines.append(f"rank 0 eval aux {how} {eval_aux:.12g} vs local {want_eval:.12g} "
+                     f"(rel {rel_eval:.3g})")
+        if not within(rel_eval, P.AUX_RTOL):
+            bad.append(lines[-1])
     record_property("measured", " | ".join(lines))
     record_property("per_rank_alternative", " ".join(
         f"{abs(expected['train_local'][r] - expected['train_global'][r]) / expected['train_global'][r]:.3g}"  # noqa: E501
@@ -519,6 +527,41 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
         f"load_export of a documented export (E 4, top-4, fixed weights) differs from the "
         f"reference MoE by {d_anchor:g}: it does not rebuild the MoE model")
 
+
+
+def test_export_keeps_the_moe_settings(starvation_runs: tuple[Run, Run, Run | None],
+                                       record_property: Any) -> None:
+    """The cpu-1 export of a run with other MoE settings than the defaults (the starvation
+    command: E 16, top-1, F 16, W 0, ffn_hidden 32, fp64) reloads with those settings:
+    load_export's model gives the outputs of TinyLM(those settings) holding the exported weights
+    (logits and aux within 1e-6). W = 0 gives a zero aux loss and F = 16 drops nothing; a
+    reload that falls back to the default W 0.01 gives a non-zero aux, and the default F 1.25
+    (capacity 3 per expert and sequence) drops every assignment past an expert's third."""
+    one = starvation_runs[0]
+    _record(record_property, oracle="differential", configurations="cpu-1",
+            tolerance="logits and aux within 1e-6 of TinyLM(cfg) with the exported weights",
+            why="the same fp32 code on the same weights (reference solution: 0); a reload with "
+                "the default capacity factor or aux weight moves the logits by dropped "
+                "assignments and the aux by W * balance loss",
+            runs=one.evidence())
+    one.require()
+    path = one.out / "model.pt"
+    assert path.exists(), f"--export wrote no {path.name}"
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    sd = blob.get("state_dict") if isinstance(blob, dict) else None
+    assert isinstance(sd, dict) and set(sd) == set(R.schema(STARVE_CFG)), \
+        "the export's keys are not the schema's (test_export_schema_and_reload says which)"
+    given = sealed.give(path, "export-settings-reload")
+    seen = probe.call(PROBE, "reload_export", timeout_s=PROBE_TIMEOUT_S, path=str(given),
+                      model_config=STARVE_CFG.model_config_kwargs(), params=dict(sd),
+                      tokens=R.fixed_tokens(4, 31)[:, :-1], anchor=all_experts_case(43))
+    seen = seen if isinstance(seen, dict) else {}
+    d_logits = tensor_diff(seen.get("logits"), seen.get("direct_logits"))
+    d_aux = scalar_diff(seen.get("aux"), seen.get("direct_aux"))
+    record_property("measured", f"reloaded vs direct: logits {d_logits:g}, aux {d_aux:g}")
+    assert seen.get("is_module") is True and within(worst([d_logits, d_aux]), 1e-6), (
+        f"load_export's model differs from TinyLM(E 16, top-1, F 16, W 0) with the exported "
+        f"weights (logits {d_logits:g}, aux {d_aux:g}): the export does not keep the MoE settings")
 
 def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
     """Without --moe-* flags (E = 0), cpu-1 training for 20 steps gives bit-for-bit the pristine

@@ -182,10 +182,12 @@ def _validate_raises(settings: list[dict[str, Any]]) -> list[list[str] | None]:
 
 @_no_exit
 def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
-                  flags: list[str], anchor: dict[str, Any]) -> dict[str, Any]:
+                  flags: list[str], anchor: dict[str, Any],
+                  invalid_flags: list[list[str]] | None = None) -> dict[str, Any]:
     """``ModelConfig()``'s four MoE fields; what ``validate()`` raises for each setting;
     ``train.parse_args(flags)``'s MoE fields, ``parse_args([])``'s expert count and
-    ``parse_args(["--moe-experts", "4"])``'s MoE fields (the other three flags' defaults)
+    ``parse_args(["--moe-experts", "4"])``'s MoE fields (the other three flags' defaults), and
+    for each of ``invalid_flags`` how ``parse_args`` and ``validate()`` reject it
     (``has_parse`` False when train.py has no ``parse_args``). A stage that raised is reported
     as its exception.
 
@@ -194,7 +196,7 @@ def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
     without a ``parse_args``), holding ``params`` in fp64: its eval outputs on ``tokens``."""
     from tinylm.config import ModelConfig
 
-    out = _config_fields(valid, invalid, flags)
+    out = _config_fields(valid, invalid, flags, list(invalid_flags or []))
     try:
         if out.get("has_parse") and "parse_error" not in out:
             import importlib
@@ -210,8 +212,20 @@ def config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
     return out
 
 
+def _flags_rejected(parse: Any, flags: list[str]) -> str | None:
+    """How ``parse_args(flags)`` and the ``validate()`` of its model config reject ``flags``
+    (the exception's class, ``SystemExit`` with its code), or None when both accept them."""
+    try:
+        parse(list(flags)).model.validate()
+    except SystemExit as exc:
+        return f"SystemExit({exc.code!r})"
+    except Exception as exc:  # the judge decides which rejections count
+        return type(exc).__name__
+    return None
+
+
 def _config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
-                   flags: list[str]) -> dict[str, Any]:
+                   flags: list[str], invalid_flags: list[list[str]]) -> dict[str, Any]:
     from tinylm.config import ModelConfig
 
     cfg = ModelConfig()
@@ -234,6 +248,7 @@ def _config_fields(valid: list[dict[str, Any]], invalid: list[dict[str, Any]],
         m = parse(["--moe-experts", "4"]).model
         out["flag_defaults"] = [_plain(v) for v in (m.moe_experts, m.moe_top_k,
                                                     m.moe_capacity_factor, m.moe_aux_weight)]
+        out["invalid_flags"] = [_flags_rejected(parse, f) for f in invalid_flags]
     except (Exception, SystemExit) as exc:  # the check fails with it
         code = f"SystemExit: {exc.code!r}" if isinstance(exc, SystemExit) else None
         out["parse_error"] = code or f"{type(exc).__name__}: {exc}"
@@ -458,7 +473,7 @@ def placement(fp64_case: dict[str, Any], meta_cases: list[dict[str, Any]],
     parameter's gradient (with its dtype) of cross-entropy + aux.
     ``meta_cases``: per case, :func:`_meta_run` (the same model under :class:`_UnplacedToMeta`).
     ``fp32_case``: the fp32 TinyLM holding ``params``: the types/devices/dtypes of a training
-    and an eval forward's outputs."""
+    and an eval forward's outputs, and :func:`_autocast_run` of it."""
     case = fp64_case
     model = load_candidate_model(case["model_config"], case["params"]).train()
     inputs, targets = case["tokens"][:, :-1], case["tokens"][:, 1:]
@@ -482,4 +497,29 @@ def placement(fp64_case: dict[str, Any], meta_cases: list[dict[str, Any]],
         eval_out = model32(inputs32)
     out["fp32"] = {"train": [_placement_of(t) for t in train_out[:2]],
                    "eval": [_placement_of(t) for t in eval_out[:2]]}
+    out["autocast"] = _autocast_run(fp32_case)
     return out
+
+
+def _autocast_run(case: dict[str, Any]) -> dict[str, Any]:
+    """The fp32 TinyLM holding ``case["params"]``, a training forward under CPU bf16 autocast
+    (the mixed precision of the cuda-* configurations) and the backward of cross-entropy + aux:
+    its outputs' types/devices/dtypes, whether they and every gradient are finite, or what it
+    raised."""
+    model = load_candidate_model(case["model_config"], case["params"],
+                                 dtype=torch.float32).train()
+    inputs, targets = case["tokens"][:, :-1], case["tokens"][:, 1:]
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, aux = model(inputs)
+        got: dict[str, Any] = {"train": [_placement_of(logits), _placement_of(aux)]}
+        if _is_tensor(logits) and _is_tensor(aux) and aux.dim() == 0:
+            (_cross_entropy(logits.float(), targets) + aux).backward()
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            got["finite"] = bool(torch.isfinite(logits.float()).all()
+                                 and torch.isfinite(aux.float()).all()
+                                 and all(bool(torch.isfinite(g).all()) for g in grads))
+            got["grads"] = len(grads)
+        return got
+    except Exception as exc:  # the judge fails the check with it
+        return {"error": f"{type(exc).__name__}: {exc}"[:1500]}

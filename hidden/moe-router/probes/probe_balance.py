@@ -7,11 +7,13 @@ INPUTS (written by the checks, read with ``weights_only``) holds the model confi
 parameters, each rank's tokens and the world size. Each rank builds the candidate's one-layer
 MoE TinyLM (fp64) with those parameters, wraps it with the candidate's own
 ``tinylm.distributed.setup("gloo-ddp-2")`` / ``parallelize`` (DDP), runs one training forward
-and backward on its tokens and records the aux loss. Then rank 0 alone runs an eval-mode
-forward of the unwrapped model while rank 1 runs no collective and only waits for a marker
-file: an eval forward that runs a collective blocks rank 0, rank 1 gives up after EVAL_WAIT_S
-and exits 3, and the launcher names it. The ranks leave with os._exit after their last
-collective (no teardown), so only the MoE is on trial. The checks compare the aux losses.
+and backward on its tokens and records the aux loss, then a training-mode forward of the
+unwrapped model under ``torch.no_grad()`` on both ranks. Then rank 0 alone runs eval-mode
+forwards of the unwrapped model (under no_grad, then with autograd on) while rank 1 runs no
+collective and only waits for a marker file: an eval forward that runs a collective blocks
+rank 0, rank 1 gives up after EVAL_WAIT_S and exits 3, and the launcher names it. The ranks
+leave with os._exit after their last collective (no teardown), so only the MoE is on trial.
+The checks compare the aux losses.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ def main(out: Path, inputs_path: Path) -> None:
     say(rank, f"training forward/backward done, aux {float(aux.detach())!r}")
     result = {"rank": rank, "world": world, "train_aux": float(aux.detach()),
               "train_aux_type": type(aux).__name__, "train_aux_dim": aux.dim()}
+    # Training mode is the module's mode, not autograd's: a training-mode forward under
+    # no_grad (both ranks, the same weights: backward changed none) still uses global counts.
+    with torch.no_grad():
+        _, nograd_aux = model(tokens)
+    result["train_nograd_aux"] = float(nograd_aux)
+    say(rank, f"training-mode forward under no_grad done, aux {result['train_nograd_aux']!r}")
     done = out / "eval_done"
     if rank == 0:
         model.eval()
@@ -66,8 +74,12 @@ def main(out: Path, inputs_path: Path) -> None:
         with torch.no_grad():
             _, eval_aux = model(tokens)
         result["eval_aux"] = float(eval_aux)
+        # Eval mode with autograd on (as a saliency pass or a loss with gradients would run).
+        _, eval_grad_aux = model(tokens)
+        result["eval_grad_aux"] = float(eval_grad_aux.detach())
         result["eval_s"] = time.monotonic() - started
-        say(rank, f"eval forward alone done, aux {result['eval_aux']!r}")
+        say(rank, f"eval forwards alone done, aux {result['eval_aux']!r} (no_grad), "
+                  f"{result['eval_grad_aux']!r} (autograd on)")
         done.write_text("done\n")
     else:
         wait_for(done, rank, "rank 0's eval-mode forward (run on rank 0 alone, so it must run "
