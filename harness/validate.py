@@ -156,8 +156,9 @@ def validate_task(
             patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
                                 fault_work)
             plans.append((f"{kind}:{fault.id}", patch, fault.breaks))
+        defined = {name for name, _, _ in plans}
         if only is not None:
-            unknown = set(only) - {name for name, _, _ in plans}
+            unknown = set(only) - defined
             if unknown:
                 raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
                                    "use reference, baseline, fault:<id> or regression:<id>")
@@ -190,9 +191,11 @@ def validate_task(
     if only is not None and previous is not None:
         graded = {v.variant for v in variants}
         order = [v.variant for v in previous.variants] + [v.variant for v in variants]
-        merged = {v.variant: v for v in previous.variants if v.variant not in graded}
+        # A variant the hidden folder no longer defines (a fault removed) is dropped, not kept.
+        merged = {v.variant: v for v in previous.variants
+                  if v.variant not in graded and v.variant in defined}
         merged.update({v.variant: v for v in variants})
-        variants = [merged[name] for name in dict.fromkeys(order)]
+        variants = [merged[name] for name in dict.fromkeys(order) if name in merged]
     contracts = sorted({c for v in variants for c in v.outcomes})
     not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
     result = ValidationReport(task=task, ok=not any(v.mismatches for v in variants),

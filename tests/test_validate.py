@@ -25,9 +25,11 @@ def test_fixture_task_validates_in_both_directions(tmp_path: Path) -> None:
     assert "PASS" in render_markdown(report)
 
     # --variant grades exactly the named variants; the rest come from the earlier summary.
+    # A variant the hidden folder no longer defines (a fault since removed) is not kept.
+    gone = report.variants[0].model_copy(update={"variant": "fault:since-removed"})
     again = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=lambda _m: None,
                           only=["baseline"], previous=report.model_copy(
-                              update={"variants": report.variants[:1]}))
+                              update={"variants": [report.variants[0], gone]}))
     graded = {v.variant: v.grade_folder for v in again.variants}
     assert set(graded) == {"reference", "baseline"}
     assert graded["reference"] == variants["reference"].grade_folder
