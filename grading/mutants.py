@@ -20,9 +20,10 @@ each process given mutants with ``--only``), and each grade:
   still run, after them and in the same grade, so every survivor has passed every contract.
   A mutant no check covers is flagged ``covered: false``;
 - is checked in a setup the reference passed before it counts (``_confirm``): a kill after
-  other checks (in the same pytest process, or the public tests after hidden checks) is graded
-  again with the killing contract alone; one that does not hold alone is not counted, and the
-  contracts its grade never reached are graded then.
+  other checks (in the same pytest process, or the public tests after hidden checks), or by a
+  crash or hang (which the host alone can cause), is graded again with the killing contract
+  alone; one that does not hold alone is not counted, and the contracts its grade never
+  reached are graded then.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
@@ -79,6 +80,9 @@ MutantStatus = Literal["killed", "timed_out", "crashed_at_import", "survived", "
 # What counts as detected in the score: every status but ``survived`` (``not_applied`` never
 # reaches a score: the generator only writes diffs that apply).
 DETECTED: frozenset[str] = frozenset({"killed", "timed_out", "crashed_at_import"})
+# A killer's outcomes that the host alone can cause: such a kill counts only once the killer
+# fails again, graded alone (_confirm).
+UNSTEADY_OUTCOMES: frozenset[str] = frozenset({"crash", "hang"})
 # An oracle that fails the reference would "kill" every mutant: nothing is graded then.
 PASSING_REFERENCE: frozenset[str] = frozenset({"complete", "complete_on_cpu"})
 
@@ -108,7 +112,9 @@ class MutantResult(BaseModel):
     # the others; see the module doc).
     contracts_not_covering: int = 0
     # How the result was checked (_confirm): "first" (the killer ran first in its process, as
-    # in the reference's per-check grade), "alone" (the killer graded again alone),
+    # in the reference's per-check grade, and failed, not crashed or hung), "alone" (the
+    # killer graded again alone and failed again: it had run after other checks, or crashed
+    # or hung; runs before 2026-12-02 took a crash or hang on a first check as "first"),
     # "every_contract" (a survivor: every contract ran on it and passed; runs of 2026-12-01
     # graded the contracts coverage left out in a second grade), "full_grade" (runs before
     # 2026-12-01: a survivor graded again with every contract in one grade); None: not checked.
@@ -376,7 +382,8 @@ def _confirm(result: MutantResult, ran: Selection,
     hidden check that ran after other checks in the same pytest process is graded again with
     that check alone (the reference passed each check alone), and a kill by the public tests
     that ran after hidden checks with the public tests alone: state another check left behind
-    must not count as a kill. If the same contract does not fail again alone, the kill is not
+    must not count as a kill. So is a kill by a crash or a hang, wherever it ran: one failure
+    of that kind may be the host's. If the same contract does not fail again alone, the kill is not
     counted and the contracts that grade never reached (``Selection.after``) are graded, their
     result checked the same way: the mutant is killed by one of them or survives having run
     every contract. A kill by a contract that coverage said never runs the statement is kept,
@@ -393,19 +400,26 @@ def _confirm(result: MutantResult, ran: Selection,
                       f"({result.killed_by})"})
     killer = result.killed_by or ""
     if killer == PUBLIC_CONTRACT_ID:
-        if not ran.public_last or result.hidden_run == 0:
-            return result.model_copy(update={"confirmed": "first"})
         # They ran after hidden checks whose runs may have left something behind; the
         # reference's grade ran them before any.
+        after_others = ran.public_last and result.hidden_run > 0
         alone = Selection(public=True, hidden=())
-    elif result.hidden_run <= 1:
-        return result.model_copy(update={"confirmed": "first"})
     else:
+        after_others = result.hidden_run > 1
         alone = Selection(public=False, hidden=(killer[len(HIDDEN_PREFIX):],))
+    # A crash or a hang can come from the host rather than the mutant: a rank aborting in
+    # gloo's shutdown under load (seen twice in code derived from the reference), a time
+    # limit reached while other graders compete for the cores. One failure of that kind is
+    # not yet a kill, wherever the killer ran.
+    unsteady = result.outcome in UNSTEADY_OUTCOMES
+    if not after_others and not unsteady:
+        return result.model_copy(update={"confirmed": "first"})
     again = regrade(alone)
     if again.status in DETECTED and again.killed_by == killer:
         return result.model_copy(update={"confirmed": "alone"})
-    not_counted = (f"{killer} failed only after other checks had run; alone it passes, so "
+    not_counted = (f"{killer} ended in a {result.outcome} once; graded again alone it passes, "
+                   "so the kill is not counted" if unsteady and not after_others else
+                   f"{killer} failed only after other checks had run; alone it passes, so "
                    "the kill is not counted")
     rest = ran.after(killer)
     later = _confirm(regrade(rest), rest, regrade) if rest is not None else None

@@ -436,6 +436,52 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     assert asked == []
 
 
+def test_a_crash_or_hang_counts_only_when_it_happens_again() -> None:
+    from grading.mutants import MutantResult, Selection, _confirm
+
+    every = Selection(public=True, hidden=("t.py::a", "t.py::b"))
+    asked: list[Selection] = []
+    answers: list[MutantResult] = []
+
+    def scripted(selection: Selection) -> MutantResult:
+        asked.append(selection)
+        return answers.pop(0)
+    passes_alone = MutantResult(id="m", status="survived", hidden_run=1)
+    for outcome, status in (("crash", "killed"), ("hang", "timed_out")):
+        # The first check of its process crashed (or hung): graded again alone before it counts.
+        first = MutantResult(id="m", status=status, killed_by="hidden:t.py::a",
+                             outcome=outcome, hidden_run=1)
+        asked.clear()
+        answers[:] = [first]
+        kept = _confirm(first, every, scripted)
+        assert (kept.status, kept.confirmed) == (status, "alone")
+        assert asked == [Selection(public=False, hidden=("t.py::a",))]
+        # Alone it passes: the host's, not the mutant's. The checks after it are graded then.
+        asked.clear()
+        by_b = MutantResult(id="m", status="killed", killed_by="hidden:t.py::b",
+                            outcome="fail", hidden_run=1)
+        answers[:] = [passes_alone, by_b]
+        moved = _confirm(first, every, scripted)
+        assert (moved.status, moved.killed_by, moved.confirmed) == ("killed", "hidden:t.py::b",
+                                                                    "first")
+        assert f"ended in a {outcome} once; graded again alone it passes" in (moved.reason or "")
+        assert asked == [Selection(public=False, hidden=("t.py::a",)),
+                         Selection(public=False, hidden=("t.py::b",), public_last=True)]
+    # The public tests crashed first: the same.
+    asked.clear()
+    public_crash = MutantResult(id="m", status="killed", killed_by="public-tests",
+                                outcome="crash", hidden_run=0)
+    answers[:] = [passes_alone, passes_alone]
+    survived = _confirm(public_crash, every, scripted)
+    assert (survived.status, survived.killed_by) == ("survived", None)
+    assert asked[0] == Selection(public=True, hidden=())
+    # A plain failure on a first check is the reference's setup: nothing graded again.
+    asked.clear()
+    failed = MutantResult(id="m", status="killed", killed_by="hidden:t.py::a", outcome="fail",
+                          hidden_run=1)
+    assert _confirm(failed, every, scripted).confirmed == "first" and asked == []
+
+
 def test_a_result_counts_every_grade_it_took() -> None:
     from grading.mutants import MutantResult, Selection, _confirm, over_every_grade
 
