@@ -167,9 +167,14 @@ def _signal_all_as_candidate() -> None:
     where the scan looks. Skipped when nothing can start (at the pids limit): the per-pid kills
     then make room for the next round."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([KILL_BINARY, "-KILL", "-1"], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
-                       check=False, **popen_identity())
+        _run_as_candidate([KILL_BINARY, "-KILL", "-1"])
+
+
+def _run_as_candidate(argv: list[str]) -> None:
+    """Run a short system command as the candidate uid (signals and IPC removal it may do on
+    its own objects only), its output discarded; the caller checks what it changed."""
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=30, check=False, **popen_identity())
 
 
 def reap() -> int:
@@ -266,8 +271,7 @@ def clear_ipc() -> int:
     remove it, so ``ipcrm --all`` runs as the candidate: it removes exactly those."""
     found = candidate_ipc_objects()
     if found:
-        subprocess.run(["ipcrm", "--all"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=30, check=False, **popen_identity())
+        _run_as_candidate(["ipcrm", "--all"])
         left = candidate_ipc_objects()
         if left:
             raise SealError(f"{left} System V IPC objects of the candidate survived ipcrm")
