@@ -75,12 +75,8 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
     record_property("why", "TASK.md: --n-layers defaults to the pattern's length (4 without a "
                     "pattern); summary['model']['layer_pattern'] is the pattern used, a string "
                     "of length n_layers; the fixed settings train in fp32")
-    cli_run.require(record_property)
-    summary = cli_run.summary()
-    model = summary.get("model", {})
-    record_property("summary_model", str(model))
-    assert model.get("layer_pattern") == "AMM", model
-    assert model.get("n_layers") == 3, model
+    _require_recorded_model(cli_run, "--layer-pattern AMM", "AMM", "summary_model",
+                            record_property)
     assert len(cli_run.metrics()) == CLI_STEPS
     final = cli_run.final()
     assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
@@ -88,12 +84,8 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
     assert problems == [], problems
     _require_fp32(final["model"], "train.py --layer-pattern AMM (no --dtype)")
     # No --layer-pattern: the pattern used is all attention, recorded as such.
-    candidate_default_cpu1.require(record_property)
-    default_model = candidate_default_cpu1.summary().get("model", {})
-    record_property("summary_model_without_pattern", str(default_model))
-    assert default_model.get("layer_pattern") == "AAAA" and default_model.get("n_layers") == 4, (
-        f"without --layer-pattern summary.json records {default_model}, not the pattern used "
-        "('AAAA', 4 layers)")
+    _require_recorded_model(candidate_default_cpu1, "without --layer-pattern", "AAAA",
+                            "summary_model_without_pattern", record_property)
     errors = _replay_errors(cli_run, programs.trajectory("AMM-float32", CLI_STEPS))
     for what, err in errors.items():
         record_property(f"vs_judge_{what}_max_abs_diff", err)
@@ -105,12 +97,8 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
     assert within(errors["loss"], LOSS_TOL), f"logged losses differ by {errors['loss']}"
     assert within(errors["lr"], LR_TOL), f"logged LRs differ by {errors['lr']}"
 
-    cli_two_layers.require(record_property)
-    two = cli_two_layers.summary().get("model", {})
-    record_property("summary_model_n_layers_2", str(two))
-    assert two.get("layer_pattern") == "AA" and two.get("n_layers") == 2, (
-        f"--n-layers 2 without --layer-pattern: summary.json records {two}, not 2 attention "
-        "layers ('AA')")
+    _require_recorded_model(cli_two_layers, "--n-layers 2 without --layer-pattern", "AA",
+                            "summary_model_n_layers_2", record_property)
 
     for name, flags in (("bad_pattern", ["--layer-pattern", "AXA"]),
                         ("pattern_length_mismatch", ["--n-layers", "6", "--layer-pattern",
@@ -118,6 +106,18 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
         returncode = _exit_code(flags, name)
         record_property(f"{name}_exit_code", returncode)
         assert returncode != 0, f"train.py {' '.join(flags)} was accepted"
+
+
+def _require_recorded_model(run: Any, how: str, pattern: str, name: str,
+                            record_property: Any) -> None:
+    """``run`` (started ``how``) finished and its summary.json records ``pattern`` as the
+    pattern used, with as many layers."""
+    run.require(record_property)
+    model = run.summary().get("model", {})
+    record_property(name, str(model))
+    assert model.get("layer_pattern") == pattern and model.get("n_layers") == len(pattern), (
+        f"{how}: summary.json records {model}, not the pattern used ({pattern!r}, "
+        f"{len(pattern)} layers)")
 
 
 def _exit_code(flags: list[str], name: str) -> int:

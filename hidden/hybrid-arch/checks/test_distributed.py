@@ -23,28 +23,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import graph_exec
 import judge_replay
 import pytest
 import torch
 from oracle_lib import (
-    ALLOWED_EXPORT_OPS,
     CUDA_CONFIGURATIONS,
     EQ_STEPS,
     GLOBAL_KEYS,
     PATTERN,
     RESUME_AT,
     check_key_schema,
-    exported_graph,
     gpus,
-    kept_environment,
     read_checkpoint,
-    tokens,
     tree_max_diff,
     worst_key,
 )
+from run_export import check_run_export
 
-from grading.compare import as_tensor, max_abs_diff, within, worst
+from grading.compare import as_tensor, within, worst
 
 # QUALIFICATION.md: cpu-1 vs gloo-ddp-2 fp64 final params 8.9e-16 (reference, AMAM); only the
 # reduction order differs, a real bug moves params by > 1e-4.
@@ -182,35 +178,8 @@ def test_gloo_fsdp2_export(fsdp_fp64: Any, programs: Any, record_property: Any) 
                     "exports the gathered state on rank 0), fp32 rounding of fp64 weights "
                     "~1e-7")
     fsdp_fp64.require(record_property)
-    path = fsdp_fp64.out / "model.pt2"
-    assert path.exists(), "train.py --export under gloo-fsdp-2 wrote no program"
-    own, program_keys = exported_graph(path)
-    final = fsdp_fp64.final()
-    assert isinstance(final.get("model"), dict), "final_state.pt holds no model state dict"
-    assert program_keys == set(final["model"]), (
-        f"the exported keys differ from the final model's: "
-        f"{sorted(program_keys ^ set(final['model']))[:6]}")
-    assert check_key_schema(program_keys, PATTERN) == []
-    record_property("ops", ",".join(sorted(own)))
-    assert own <= ALLOWED_EXPORT_OPS, sorted(own - ALLOWED_EXPORT_OPS)
-    program = graph_exec.load(path)
-    weights = graph_exec.archive_state(program)
-    weights_err = tree_max_diff({k: v.double() for k, v in weights.items()},
-                                {k: as_tensor(v) for k, v in final["model"].items()})
-    record_property("export_weights_vs_final_max_abs_diff", weights_err)
-    assert within(weights_err, FSDP_EXPORT_WEIGHTS_TOL), (
-        f"the exported weights differ from the final full model's by {weights_err}")
-    # The judge's program was exported for the global batch, train.py's for one sequence.
-    batch = tokens(batch=judge_replay.GLOBAL_BATCH, seed=3)
-    as_fp32 = {k: v.to(torch.float32) for k, v in weights.items()}
-    with torch.no_grad(), judge_replay.one_thread(), kept_environment():
-        got = program(weights, batch[:1])
-        want = programs.get(f"{PATTERN}-float32")(as_fp32, batch)[:1]
-    err = max_abs_diff(got, want)
-    record_property("export_vs_judge_program", err)
-    assert within(err, FSDP_EXPORT_TOL), (
-        f"the exported program's logits differ from the {PATTERN} model's with its weights by "
-        f"{err}")
+    check_run_export(fsdp_fp64, PATTERN, programs, record_property, label="gloo_fsdp2_export",
+                     weights_tol=FSDP_EXPORT_WEIGHTS_TOL, logits_tol=FSDP_EXPORT_TOL)
 
 
 def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> None:

@@ -41,6 +41,7 @@ from oracle_lib import (
     tokens,
     tree_max_diff,
 )
+from run_export import check_run_export
 
 from grading import probe, sealed
 from grading.compare import as_float, as_tensor, bitwise_equal, max_abs_diff, within, worst
@@ -256,30 +257,11 @@ def test_export_allowlisted_ops(cli_run: Any, programs: Any, record_property: An
         problems = check_key_schema(program_keys, pattern, stack_only=True)
         assert problems == [], f"the exported {pattern} program is not that stack: {problems}"
 
-    # The CLI path: train.py --layer-pattern AMM --export PATH.
+    # The CLI path: train.py --layer-pattern AMM --export PATH; the program is run here
+    # against the judge's AMM program (exported for a batch of 16) with its own weights.
     cli_run.require(record_property)
-    own, program_keys = exported_graph(cli_run.out / "model.pt2")
-    final = cli_run.final()
-    assert program_keys == set(final["model"])
-    assert check_key_schema(program_keys, "AMM") == []
-    record_property("ops_cli_AMM", ",".join(sorted(own)))
-    assert own <= ALLOWED_EXPORT_OPS, sorted(own - ALLOWED_EXPORT_OPS)
-    # Its weights are the run's final weights, and it computes the AMM model with them: both the
-    # CLI program and the candidate's seeded AMM model (exported for a batch of 16) run here.
-    cli_program = graph_exec.load(cli_run.out / "model.pt2")
-    cli_weights = graph_exec.archive_state(cli_program)
-    weights_err = tree_max_diff(cli_weights, final["model"])
-    record_property("cli_export_weights_vs_final_max_abs_diff", weights_err)
-    assert within(weights_err, EXPORT_WEIGHTS_TOL), (
-        f"the exported weights differ from final_state.pt's by {weights_err}")
-    batch = tokens(batch=judge_replay.GLOBAL_BATCH, seed=3)
-    reference = _run_program(programs.get("AMM-float32"),
-                             {k: v.to(torch.float32) for k, v in cli_weights.items()}, batch)
-    cli_err = max_abs_diff(_run_program(cli_program, cli_weights, batch[:1]), reference[:1])
-    record_property("cli_export_vs_judge_AMM_model", cli_err)
-    assert within(cli_err, EXPORT_TOL), (
-        f"the exported program's logits differ from the AMM model's with its weights by "
-        f"{cli_err}")
+    check_run_export(cli_run, "AMM", programs, record_property, label="cli_export",
+                     weights_tol=EXPORT_WEIGHTS_TOL, logits_tol=EXPORT_TOL)
 
 
 def _require_stack(keys: Any, pattern: str) -> None:
