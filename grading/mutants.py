@@ -20,10 +20,10 @@ each process given mutants with ``--only``), and each grade:
   still run, after them and in the same grade, so every survivor has passed every contract.
   A mutant no check covers is flagged ``covered: false``;
 - is checked in a setup the reference passed before it counts (``_confirm``): a kill after
-  other checks (in the same pytest process, or the public tests after hidden checks), or by a
-  crash or hang (which the host alone can cause), is graded again with the killing contract
-  alone; one that does not hold alone is not counted, and the contracts its grade never
-  reached are graded then.
+  other checks in the same pytest process, by a crash or hang (which the host alone can
+  cause), or by the public tests (whose own runs hide such a crash) is graded again with the
+  killing contract alone; one that does not hold alone is not counted, and the contracts its
+  grade never reached are graded then.
 
 The unmutated reference is graded first, in full, one hidden check per pytest process so each
 check's coverage is its own (shared session fixtures and caches would otherwise file a run
@@ -113,8 +113,9 @@ class MutantResult(BaseModel):
     contracts_not_covering: int = 0
     # How the result was checked (_confirm): "first" (the killer ran first in its process, as
     # in the reference's per-check grade, and failed, not crashed or hung), "alone" (the
-    # killer graded again alone and failed again: it had run after other checks, or crashed
-    # or hung; runs before 2026-12-02 took a crash or hang on a first check as "first"),
+    # killer graded again alone and failed again: it had run after other checks, crashed or
+    # hung, or was the public tests; runs before 2026-12-02's last took a crash or hang on a
+    # first check, and the public tests run first, as "first"),
     # "every_contract" (a survivor: every contract ran on it and passed; runs of 2026-12-01
     # graded the contracts coverage left out in a second grade), "full_grade" (runs before
     # 2026-12-01: a survivor graded again with every contract in one grade); None: not checked.
@@ -381,13 +382,14 @@ def _confirm(result: MutantResult, ran: Selection,
     A survivor ran every contract (``CoverageMap.select``) and passed them all. A kill by a
     hidden check that ran after other checks in the same pytest process is graded again with
     that check alone (the reference passed each check alone), and a kill by the public tests
-    that ran after hidden checks with the public tests alone: state another check left behind
-    must not count as a kill. So is a kill by a crash or a hang, wherever it ran: one failure
-    of that kind may be the host's. If the same contract does not fail again alone, the kill is not
-    counted and the contracts that grade never reached (``Selection.after``) are graded, their
-    result checked the same way: the mutant is killed by one of them or survives having run
-    every contract. A kill by a contract that coverage said never runs the statement is kept,
-    with a note: coverage can miss code run without Python line events.
+    with the public tests alone wherever they ran: state another check left behind must not
+    count as a kill. So is a kill by a crash or a hang, wherever it ran: one failure of that
+    kind may be the host's (and the public tests' own runs report one as a plain failure). If
+    the same contract does not fail again alone, the kill is not counted and the contracts
+    that grade never reached (``Selection.after``) are graded, their result checked the same
+    way: the mutant is killed by one of them or survives having run every contract. A kill by
+    a contract that coverage said never runs the statement is kept, with a note: coverage can
+    miss code run without Python line events.
     """
     if result.status == "survived":
         return result if result.reason else result.model_copy(
@@ -411,16 +413,22 @@ def _confirm(result: MutantResult, ran: Selection,
     # gloo's shutdown under load (seen twice in code derived from the reference), a time
     # limit reached while other graders compete for the cores. One failure of that kind is
     # not yet a kill, wherever the killer ran.
-    unsteady = result.outcome in UNSTEADY_OUTCOMES
+    # The public tests are the packet's own: they start training runs themselves and assert
+    # on the result, so a run the host crashed or timed out reaches us as a plain failure.
+    unsteady = result.outcome in UNSTEADY_OUTCOMES or killer == PUBLIC_CONTRACT_ID
     if not after_others and not unsteady:
         return result.model_copy(update={"confirmed": "first"})
     again = regrade(alone)
     if again.status in DETECTED and again.killed_by == killer:
-        return result.model_copy(update={"confirmed": "alone"})
-    not_counted = (f"{killer} ended in a {result.outcome} once; graded again alone it passes, "
-                   "so the kill is not counted" if unsteady and not after_others else
-                   f"{killer} failed only after other checks had run; alone it passes, so "
-                   "the kill is not counted")
+        # The grade alone shows what the mutant does; a first grade the host disturbed would
+        # show the host's failure.
+        labels = ("status", "outcome", "excerpt", "configurations") if unsteady else ()
+        return result.model_copy(update={"confirmed": "alone",
+                                         **{k: getattr(again, k) for k in labels}})
+    why = [f"ended in a {result.outcome}" if result.outcome in UNSTEADY_OUTCOMES else "failed",
+           "after other checks had run" if after_others else "once"]
+    not_counted = f"{killer} {' '.join(why)}; graded again alone it passes, so the kill is " \
+        "not counted"
     rest = ran.after(killer)
     later = _confirm(regrade(rest), rest, regrade) if rest is not None else None
     if later is not None and later.status in DETECTED:
@@ -575,11 +583,14 @@ def grade_mutants(args: argparse.Namespace, packet: PacketSpec, scratch: Path,
         regrade = functools.partial(_grade_mutant, args, packet, scratch, header, spec.id,
                                     grades)
         selection = coverage.select(spec) if coverage.by_check else every
-        result = regrade(selection)
+        result = _confirm(regrade(selection), selection, regrade)
         if coverage.by_check:
-            result.contracts_not_covering = selection.not_covering()
-            result.covered = bool(selection.covering)
-        result = over_every_grade(_confirm(result, selection, regrade), grades)
+            # Set on the confirmed result: a kill that did not hold alone is replaced by a
+            # later grade's result, which knows nothing of the mutant's coverage.
+            result = result.model_copy(update={
+                "contracts_not_covering": selection.not_covering(),
+                "covered": bool(selection.covering)})
+        result = over_every_grade(result, grades)
         results.append(result)
         on_result(n, result)
     return results

@@ -389,12 +389,13 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
     confirmed_first = _confirm(first, every, regrade_to(first))
     assert confirmed_first.confirmed == "first" and confirmed_first.reason is None
     assert asked == []
-    # Killed by the public tests: first when they ran first (or alone), graded again alone
-    # when they ran after hidden checks (public_last).
+    # Killed by the public tests: graded again alone wherever they ran (their own training
+    # runs turn a host's crash into a plain failure), first or after hidden checks.
     by_public = MutantResult(id="m", status="killed", killed_by="public-tests",
                              contracts_run=3, hidden_run=2)
-    assert _confirm(by_public, every, regrade_to(first)).confirmed == "first"
-    assert asked == []
+    assert _confirm(by_public, every, regrade_to(by_public)).confirmed == "alone"
+    assert asked == [Selection(public=True, hidden=())]
+    asked.clear()
     public_last = Selection(public=True, hidden=every.hidden, public_last=True,
                             covering=every.covering)
     assert _confirm(by_public, public_last, regrade_to(by_public)).confirmed == "alone"
@@ -420,7 +421,8 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
                      Selection(public=True, hidden=("t.py::c",), public_last=True)]
     assert (moved.status, moved.killed_by, moved.confirmed) == ("killed", "hidden:t.py::c",
                                                                 "first")
-    assert "hidden:t.py::b failed only after other checks" in (moved.reason or "")
+    assert "hidden:t.py::b failed after other checks had run; graded again alone it " \
+        "passes" in (moved.reason or "")
     asked.clear()
     answers = iter([passes_alone, MutantResult(id="m", status="survived", hidden_run=1)])
     kept_alive = _confirm(by_b, three, scripted)
@@ -455,6 +457,14 @@ def test_a_crash_or_hang_counts_only_when_it_happens_again() -> None:
         answers[:] = [first]
         kept = _confirm(first, every, scripted)
         assert (kept.status, kept.confirmed) == (status, "alone")
+        # Failing again alone with a plain failure: the grade alone's labels are the report's.
+        asked.clear()
+        plain = first.model_copy(update={"status": "killed", "outcome": "fail",
+                                         "excerpt": "AssertionError"})
+        answers[:] = [plain]
+        relabelled = _confirm(first, every, scripted)
+        assert (relabelled.status, relabelled.outcome, relabelled.excerpt,
+                relabelled.confirmed) == ("killed", "fail", "AssertionError", "alone")
         assert asked == [Selection(public=False, hidden=("t.py::a",))]
         # Alone it passes: the host's, not the mutant's. The checks after it are graded then.
         asked.clear()
