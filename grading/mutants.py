@@ -402,33 +402,31 @@ def _confirm(result: MutantResult, ran: Selection,
                       f"({result.killed_by})"})
     killer = result.killed_by or ""
     if killer == PUBLIC_CONTRACT_ID:
-        # They ran after hidden checks whose runs may have left something behind; the
-        # reference's grade ran them before any.
+        # The reference's grade ran them before any hidden check.
         after_others = ran.public_last and result.hidden_run > 0
         alone = Selection(public=True, hidden=())
     else:
         after_others = result.hidden_run > 1
         alone = Selection(public=False, hidden=(killer[len(HIDDEN_PREFIX):],))
     # A crash or a hang can come from the host rather than the mutant: a rank aborting in
-    # gloo's shutdown under load (seen twice in code derived from the reference), a time
-    # limit reached while other graders compete for the cores. One failure of that kind is
-    # not yet a kill, wherever the killer ran.
-    # The public tests are the packet's own: they start training runs themselves and assert
-    # on the result, so a run the host crashed or timed out reaches us as a plain failure.
+    # gloo's shutdown under load (seen in code derived from the reference), a time limit
+    # reached while other graders compete for the cores. One failure of that kind is not yet
+    # a kill, wherever the killer ran. The public tests are the packet's own: they start
+    # training runs themselves and assert on the result, so a run the host crashed or timed
+    # out reaches us as a plain failure.
     unsteady = result.outcome in UNSTEADY_OUTCOMES or killer == PUBLIC_CONTRACT_ID
     if not after_others and not unsteady:
         return result.model_copy(update={"confirmed": "first"})
     again = regrade(alone)
     if again.status in DETECTED and again.killed_by == killer:
-        # The grade alone shows what the mutant does; a first grade the host disturbed would
-        # show the host's failure.
-        labels = ("status", "outcome", "excerpt", "configurations") if unsteady else ()
-        return result.model_copy(update={"confirmed": "alone",
-                                         **{k: getattr(again, k) for k in labels}})
-    why = [f"ended in a {result.outcome}" if result.outcome in UNSTEADY_OUTCOMES else "failed",
-           "after other checks had run" if after_others else "once"]
-    not_counted = f"{killer} {' '.join(why)}; graded again alone it passes, so the kill is " \
-        "not counted"
+        # The grade alone is the reference's setup, so its evidence is the report's: a first
+        # grade the host disturbed would show the host's failure.
+        return result.model_copy(update={
+            "confirmed": "alone", "status": again.status, "outcome": again.outcome,
+            "excerpt": again.excerpt, "configurations": again.configurations})
+    how = f"ended in a {result.outcome}" if result.outcome in UNSTEADY_OUTCOMES else "failed"
+    when = "after other checks had run" if after_others else "once"
+    not_counted = f"{killer} {how} {when}; graded again alone it passes, so the kill is not counted"
     rest = ran.after(killer)
     later = _confirm(regrade(rest), rest, regrade) if rest is not None else None
     if later is not None and later.status in DETECTED:
