@@ -7,7 +7,10 @@ patch (applied on the host; the patch itself never enters the container).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import docker
 import pytest
@@ -46,3 +49,36 @@ def test_public_tests_pass_in_the_control_image(
                                     packet.spec.public_test_command, tmp_path / "tests.log")
     assert code == 0, output[-4000:]
     assert " passed" in output and " failed" not in output
+
+
+def _teardown_loop() -> ModuleType:
+    path = REPO_ROOT / "scripts" / "qualify" / "teardown_loop.py"
+    spec = importlib.util.spec_from_file_location("teardown_loop", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # pydantic resolves the models' postponed annotations through sys.modules.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+DIAGNOSED_TASKS = [t for t in TASKS
+                   if load_packet(REPO_ROOT / "task_packets" / t).spec.diagnostics is not None]
+
+
+@pytest.mark.parametrize("task", DIAGNOSED_TASKS)
+def test_two_rank_runs_end_their_gloo_threads_before_exit(
+    task: str, client: docker.DockerClient, control_image: str, tmp_path: Path
+) -> None:
+    """No gloo thread is alive when a rank's interpreter starts shutting down (the abort's
+    precondition), on gloo-ddp-2 and gloo-fsdp-2 with checkpoints and export: the teardown
+    loop's census (scripts/qualify/teardown_loop.py), two runs instead of hundreds."""
+    loop = _teardown_loop()
+    tree = loop.build_tree(REPO_ROOT, task, "reference", tmp_path)
+    result = loop.run_loop(client, control_image, tree, runs=2, parallel=1, hogs=0,
+                           args=loop.train_args(REPO_ROOT / "task_packets" / task, "reference"),
+                           labels={TEST_LABEL: "1"})
+    assert [r.config for r in result.runs] == ["gloo-ddp-2", "gloo-fsdp-2"]
+    for run in result.runs:
+        assert run.exit_code == 0 and not run.aborted, result.failure_tails
+        assert run.gloo_threads_at_exit == 0, f"{run.config}: gloo threads alive at exit"

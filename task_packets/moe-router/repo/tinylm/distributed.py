@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -84,6 +85,23 @@ def all_reduce_mean(value: torch.Tensor, rt: Runtime) -> torch.Tensor:
 
 
 def teardown() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    """Leave the process group and end its gloo threads while the interpreter still runs.
+
+    A gloo worker thread that lets go of a finished collective's tensor while Python shuts
+    down must take the GIL, and CPython ends such a thread with pthread_exit: the process
+    aborts after every output was written (SIGABRT, "terminate called without an active
+    exception"). The threads end only with the group's last reference, and two holders
+    outlive destroy_process_group(): the DDP and FSDP modules (reference cycles, collected
+    here) and every device mesh, which torch's DTensor caches keep until the process exits
+    (its groups are dropped here; the mesh is not used after training).
+    """
+    if not dist.is_initialized():
+        return
+    # Leave together: rank 0 may still be evaluating and writing outputs.
+    dist.barrier()
+    dist.destroy_process_group()
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, DeviceMesh):
+            obj._pg_registry.clear()
+    gc.collect()

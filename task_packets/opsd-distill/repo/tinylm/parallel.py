@@ -7,6 +7,7 @@ it with DDP or FSDP2 (``fully_shard`` per block, then the root).
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -107,12 +108,26 @@ def init_runtime(name: str) -> Runtime:
 
 
 def shutdown(rt: Runtime) -> None:
-    if rt.distributed and dist.is_initialized():
-        # Rank 0 evaluates and writes outputs after the last training collective; tearing the
-        # group down on the other rank meanwhile can abort that rank at exit (measured: SIGABRT,
-        # "terminate called without an active exception"). Leave together.
-        dist.barrier()
-        dist.destroy_process_group()
+    """Leave the process group and end its gloo threads while the interpreter still runs.
+
+    A gloo worker thread that lets go of a finished collective's tensor while Python shuts
+    down must take the GIL, and CPython ends such a thread with pthread_exit: the process
+    aborts after every output was written (SIGABRT, "terminate called without an active
+    exception"). The threads end only with the group's last reference, and two holders
+    outlive destroy_process_group(): the DDP and FSDP modules (reference cycles, collected
+    here) and every device mesh, which torch's DTensor caches keep until the process exits
+    (its groups are dropped here; the mesh is not used after training).
+    """
+    if not (rt.distributed and dist.is_initialized()):
+        return
+    # Leave together: rank 0 may still be evaluating and writing outputs.
+    dist.barrier()
+    dist.destroy_process_group()
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, DeviceMesh):
+            obj._pg_registry.clear()
+    gc.collect()
 
 
 def parallelize(model: nn.Module, rt: Runtime) -> nn.Module:

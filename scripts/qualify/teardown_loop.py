@@ -1,0 +1,174 @@
+"""The packets' teardown loop: many two-rank runs under load, counting aborts at exit.
+
+A two-rank gloo run of a packet could abort after writing every output ("terminate called
+without an active exception", SIGABRT): a gloo worker thread that drops a collective's tensor
+while Python shuts down must take the GIL, and CPython ends it with pthread_exit. The
+packets' teardown ends the group's threads before the interpreter shuts down; this loop shows
+it holds. In the control image, from a task's repo (the hidden reference applied, or the
+baseline), it runs N two-rank runs (gloo-ddp-2 and gloo-fsdp-2 in turn, with checkpoints and
+export) P at a time beside H busy loops, and counts per run: the exit code, an abort, and the
+gloo threads still alive when the interpreter starts shutting down (the abort's precondition,
+from a thread census at exit; see teardown/sitecustomize.py). A positive control first runs a
+program that exits while gloo holds its tensors, to show the detector sees this abort.
+
+    .venv/bin/python scripts/qualify/teardown_loop.py --task moe-router --runs 200 \
+        --report reports/teardown/moe-router.md
+
+``--repo-root`` points at another checkout (``git worktree add /tmp/old <commit>``) to measure
+the code before a change with the same loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from harness.images.specs import image_tag  # noqa: E402
+from harness.packets import load_packet  # noqa: E402
+from harness.sandbox import Sandbox, SandboxLimits  # noqa: E402
+from harness.workspace import apply_patch, snapshot_baseline, workspace_archive  # noqa: E402
+
+HELPERS = Path(__file__).resolve().parent / "teardown"
+LINE = re.compile(r"^run (\d+) (\S+) rc=(-?\d+) abort=([01]) gloo_threads_at_exit=(\d+)$")
+
+
+class LoopRun(BaseModel):
+    index: int
+    config: str
+    exit_code: int
+    aborted: bool
+    gloo_threads_at_exit: int
+
+
+class LoopResult(BaseModel):
+    runs: list[LoopRun]
+    failure_tails: list[str]
+    wall_s: float
+
+    def count(self, predicate: str) -> int:
+        return sum(1 for r in self.runs if getattr(r, predicate))
+
+
+def parse_loop_output(text: str) -> tuple[list[LoopRun], list[str]]:
+    """Runs and the indented tails of failed runs from run_loop.sh's output."""
+    runs: list[LoopRun] = []
+    tails: list[str] = []
+    for line in text.splitlines():
+        if m := LINE.match(line.strip()):
+            runs.append(LoopRun(index=int(m[1]), config=m[2], exit_code=int(m[3]),
+                                aborted=m[4] == "1", gloo_threads_at_exit=int(m[5])))
+        elif line.startswith("    ") and runs:
+            tails.append(f"run {runs[-1].index}: {line.strip()}")
+    return runs, tails
+
+
+def train_args(task_root: Path, variant: str) -> list[str]:
+    """Short runs through every exit path a graded run takes: checkpoints, export, outputs."""
+    spec = load_packet(task_root).spec
+    diag = spec.diagnostics
+    if diag is None:
+        raise SystemExit(f"{task_root.name}: packet.yaml declares no diagnostics block")
+    feature = list(diag.feature_args) if variant == "reference" else []
+    return ["--steps", "4", *diag.args, *feature, "--save-every", "2",
+            "--ckpt", "{work}/ckpt", "--export", "{work}/model.pt"]
+
+
+def build_tree(repo_root: Path, task: str, variant: str, dest: Path) -> Path:
+    """The task's repo (with the reference applied) plus the loop's helpers in .teardown/."""
+    baseline = dest / "baseline"
+    snapshot_baseline(repo_root / "task_packets" / task / "repo", baseline)
+    tree = baseline
+    if variant == "reference":
+        patch = (repo_root / "hidden" / task / "reference" / "solution.patch").read_bytes()
+        tree = dest / "reference"
+        apply_patch(baseline, patch, tree)
+    shutil.copytree(HELPERS, tree / ".teardown")
+    return tree
+
+
+def run_loop(client: docker.DockerClient, image: str, tree: Path, *, runs: int, parallel: int,
+             hogs: int, args: list[str], program: str | None = None, labels: dict[str, str],
+             artifact: Path | None = None) -> LoopResult:
+    """Run run_loop.sh in a fresh control container holding ``tree`` at /workspace."""
+    env = {"PROGRAM": program} if program else {}
+    # Each two-rank launch holds ~30 threads per rank; hogs and parallel launches add up.
+    limits = SandboxLimits(pids=4096, memory_bytes=12 * 1024**3)
+    started = time.monotonic()
+    with Sandbox(client, image, labels=labels, name_hint="teardown-loop", limits=limits) as box:
+        box.put_archive("/workspace", workspace_archive(tree))
+        result = box.exec(["bash", ".teardown/run_loop.sh", str(runs), str(parallel), str(hogs),
+                           *args],
+                          timeout_s=max(600, runs * 120), env=env, artifact=artifact)
+    text = artifact.read_text(errors="replace") if artifact else result.output
+    found, tails = parse_loop_output(text)
+    if result.exit_code != 0 or len(found) != runs:
+        raise SystemExit(f"the loop did not finish: exit {result.exit_code}, {len(found)} of "
+                         f"{runs} runs reported\n{result.output[-3000:]}")
+    return LoopResult(runs=found, failure_tails=tails, wall_s=time.monotonic() - started)
+
+
+def summary_rows(name: str, result: LoopResult) -> list[str]:
+    n = len(result.runs)
+    with_threads = sum(1 for r in result.runs if r.gloo_threads_at_exit > 0)
+    failed = sum(1 for r in result.runs if r.exit_code != 0)
+    return [f"| {name} | {n} | {failed} | {result.count('aborted')} | {with_threads} | "
+            f"{result.wall_s / 60:.1f} min |"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--variant", choices=["reference", "baseline"], default="reference")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--parallel", type=int, default=2, help="two-rank runs at a time")
+    parser.add_argument("--hogs", type=int, default=2, help="busy loops beside them")
+    parser.add_argument("--control-runs", type=int, default=10)
+    parser.add_argument("--repo-root", type=Path, default=ROOT,
+                        help="checkout whose packets and hidden reference are run")
+    parser.add_argument("--report", type=Path)
+    a = parser.parse_args()
+
+    client = docker.from_env()
+    image = image_tag("control")
+    labels = {"harness.teardown-loop": "1"}
+    args = train_args(a.repo_root / "task_packets" / a.task, a.variant)
+    with tempfile.TemporaryDirectory(prefix="teardown-loop-") as tmp:
+        tree = build_tree(a.repo_root, a.task, a.variant, Path(tmp))
+        control = run_loop(client, image, tree, runs=a.control_runs, parallel=1, hogs=0,
+                           args=[], program="outlive_group.py", labels=labels)
+        print(f"positive control: {control.count('aborted')} of {a.control_runs} aborted")
+        loop = run_loop(client, image, tree, runs=a.runs, parallel=a.parallel, hogs=a.hogs,
+                        args=args, labels=labels, artifact=Path(tmp) / "loop.log")
+    lines = [
+        f"# Teardown loop: {a.task} ({a.variant})", "",
+        f"{dt.date.today().isoformat()}, control image `{client.images.get(image).id[:19]}`, "
+        f"checkout `{a.repo_root}`; {a.parallel} two-rank runs at a time beside {a.hogs} busy "
+        f"loops on this host's cores; each run: `train.py {' '.join(args)}`.", "",
+        "| loop | runs | exit != 0 | aborts | runs with gloo threads alive at exit | wall |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *summary_rows("positive control (exits while gloo holds tensors)", control),
+        *summary_rows("packet runs", loop),
+    ]
+    if loop.failure_tails:
+        lines += ["", "Failed runs' last lines:", "", "```", *loop.failure_tails[:200], "```"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.report:
+        a.report.parent.mkdir(parents=True, exist_ok=True)
+        a.report.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
