@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from grading import sealed
+from grading.errors import GraderError
 from grading.grade import grade, write_report
-from grading.layout import GradeOptions, GraderError
+from grading.layout import GradeOptions
 from grading.packet import load_packet_spec
 
 EXIT_BAD_INPUT = 2

@@ -35,23 +35,19 @@ from pathlib import Path
 
 from grading import sealed
 from grading.apply import apply_diff
+from grading.errors import GraderError
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.hidden import (
     FAILING_OUTCOMES,
-    NOT_SELECTED,
-    STOPPED_AT_FAILURE,
     discover_hidden_tests,
     run_hidden_checks,
 )
-from grading.layout import (
-    HIDDEN_PREFIX,
-    LOG_DIR,
-    PUBLIC_CONTRACT_ID,
-    GradeOptions,
-    GraderError,
-    Layout,
-)
+from grading.layout import LOG_DIR, GradeOptions, Layout
 from grading.models import (
+    HIDDEN_PREFIX,
+    NOT_SELECTED,
+    PUBLIC_CONTRACT_ID,
+    STOPPED_AT_FAILURE,
     ContractResult,
     DiffInfo,
     GradeReport,

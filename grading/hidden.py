@@ -13,17 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from grading import sealed
+from grading.errors import GraderError
 from grading.hashing import tree_sha256
 from grading.judge_plugin import FLAGS_VAR
-from grading.layout import (
-    GRADING_OUTCOME_PROPERTY,
-    HIDDEN_PREFIX,
-    LOG_DIR,
-    GradeOptions,
-    GraderError,
-    Layout,
-)
+from grading.layout import GRADING_OUTCOME_PROPERTY, LOG_DIR, GradeOptions, Layout
 from grading.models import (
+    BUDGET_RAN_OUT,
+    HIDDEN_PREFIX,
+    NOT_SELECTED,
+    STOPPED_AT_FAILURE,
     ContractResult,
     Outcome,
 )
@@ -565,11 +563,6 @@ def remember_collection(checks: Path, ids: list[str]) -> None:
     _COLLECTED[(str(checks.resolve()), tree_sha256(checks))] = tuple(ids)
 
 
-BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
-STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
-NOT_SELECTED = ("not run: not among the contracts this grade was asked to run (mutation "
-                "analysis grades a kill again with its killing check alone, and the reference "
-                "in parts side by side)")
 FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
 
 

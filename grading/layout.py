@@ -10,11 +10,9 @@ from pathlib import Path
 from grading import sealed
 from grading.packet import PacketSpec
 
-PUBLIC_CONTRACT_ID = "public-tests"
 # Hidden checks set this junit property ("crash" or "hang") when the run they judge did not
 # finish, so the contract reads crash/hang (with the rank named in the message), not fail.
 GRADING_OUTCOME_PROPERTY = "grading_outcome"
-HIDDEN_PREFIX = "hidden:"
 LOG_DIR = "logs"
 EXCERPT_CHARS = 3000
 # Environment variables passed from the grader's own environment to graded commands; everything
@@ -37,10 +35,6 @@ CRASH_SIGNALS = (
     signal.SIGILL,
     signal.SIGKILL,
 )
-
-
-class GraderError(Exception):
-    """Bad input the grader cannot produce a grade for; the CLI prints it as one line."""
 
 
 @dataclass

@@ -27,6 +27,16 @@ VERDICTS: tuple[Verdict, ...] = ("complete", "complete_on_cpu", "incomplete", "d
 ConfigurationOutcomeName = Literal["pass", "fail", "not_run"]
 
 ContractKind = Literal["public_tests", "hidden_check"]
+# Contract ids: the public tests, and each hidden check as "hidden:<pytest node id>".
+PUBLIC_CONTRACT_ID = "public-tests"
+HIDDEN_PREFIX = "hidden:"
+
+# Reasons a contract ends not_run without a fault of the submission.
+BUDGET_RAN_OUT = "the hidden checks' time budget ran out"
+STOPPED_AT_FAILURE = "not run: grading stopped at the first failing contract"
+NOT_SELECTED = ("not run: not among the contracts this grade was asked to run (mutation "
+                "analysis grades a kill again with its killing check alone, and the reference "
+                "in parts side by side)")
 
 
 class ContractResult(BaseModel):

@@ -14,11 +14,11 @@ from grading.layout import (
     EXCERPT_CHARS,
     LOG_DIR,
     PASSTHROUGH_ENV,
-    PUBLIC_CONTRACT_ID,
     GradeOptions,
     Layout,
 )
 from grading.models import (
+    PUBLIC_CONTRACT_ID,
     ContractResult,
     Outcome,
 )

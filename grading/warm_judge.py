@@ -4,7 +4,7 @@ Why: every grade of a mutant runs the hidden checks in a new judge process (pyte
 ``python -m grading.judge_main``), and before its first check runs, that process spends 3-5 s
 importing pytest, torch and what the checks' conftest imports; a mutant killed by its first,
 short check took 9-12 s in all. Mutation analysis grades each mutant in its own
-``grading.mutants`` process (``harness.mutant_pool``), so the judge's imports cannot be kept
+``grading.mutants`` process (``harness.oracle.mutant_pool``), so the judge's imports cannot be kept
 in that process.
 
 How: ``grading.mutants`` (mutant grades only, never the reference's or a session's) points this

@@ -10,10 +10,10 @@ import docker
 import pytest
 import yaml
 
-from harness import images
+from harness.infra import images
+from harness.infra.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
 from harness.paths import REPO_ROOT
-from harness.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
-from harness.study import RetryPolicy
+from harness.records.study import RetryPolicy
 from tests.fake_model_server import FakeModelServer
 
 TEST_LABEL = "org.harness.test"
@@ -94,7 +94,7 @@ def write_script(tmp: Path, steps: list[dict[str, object]], name: str = "agent.y
 @pytest.fixture(scope="session")
 def demo_attempt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo study's first session, run once for real (container, agent, diff, grade)."""
-    from harness.session import SessionOptions, run_session
+    from harness.study.session import SessionOptions, run_session
 
     tmp = tmp_path_factory.mktemp("demo")
     return run_session(SessionOptions(study_path=write_study(tmp), pair=1, arm="control"),

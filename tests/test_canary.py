@@ -7,7 +7,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness import images
+from harness.infra import images
 from tests.helpers import canaries, contains_any
 
 

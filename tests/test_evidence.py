@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from grading.hashing import file_sha256
-from harness import evidence, records
+from harness.audit import evidence
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
+from harness.records import chains
+from harness.records.attempt import TRANSCRIPT_NAME, manifest_problem, read_record
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 from tests.helpers import harness, one_error_line
 from tests.test_providers import session_events
@@ -47,7 +49,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
         budget={"wall_seconds": 3600, "tool_calls": 40, "candidate_runs": 2})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="treatment", grade=False),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.status == "finished" and record.outcome == "submitted", record.error
 
     result = harness("audit", str(attempt), "--propose")
@@ -55,7 +57,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
     print(result.stdout)  # the table an auditor reads (shown with -s)
     proposal, _ = evidence.read_proposal(attempt)
     assert proposal.arm == "treatment" and proposal.transcript_sha256 == (
-        file_sha256(attempt / records.TRANSCRIPT_NAME))
+        file_sha256(attempt / TRANSCRIPT_NAME))
 
     calls = [e for e in session_events(attempt, "tool_call") if e["name"] == "traincheck"]
     assert len(calls) == 2
@@ -91,17 +93,17 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
         "chain": first.id, "category": "helped", "auditor": "ann",
         "note": "the revert followed the report",
         "transcript_sha256": proposal.transcript_sha256,
-        "chains_sha256": file_sha256(attempt / evidence.CHAINS_NAME)}
+        "chains_sha256": file_sha256(attempt / chains.CHAINS_NAME)}
     shown = harness("audit", str(attempt), "--show")
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if first.id in line)
     for cell in ("helped", "ann", "the revert followed the report", "this one", "current"):
         assert cell in row, row
-    assert records.manifest_problem(attempt) is None  # the audit/ folder is not the session's
+    assert manifest_problem(attempt) is None  # the audit/ folder is not the session's
 
-    judgements = attempt / evidence.JUDGEMENTS_NAME
+    judgements = attempt / chains.JUDGEMENTS_NAME
     kept = judgements.read_bytes()
-    transcript = attempt / records.TRANSCRIPT_NAME
+    transcript = attempt / TRANSCRIPT_NAME
     data = bytearray(transcript.read_bytes())
     at = data.index(revert_text.encode())
     data[at] ^= 0x20  # one byte: the case of the agent's first letter

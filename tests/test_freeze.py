@@ -10,10 +10,10 @@ from pathlib import Path
 
 import docker
 
-from harness import records
-from harness.freeze import read_lock
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
+from harness.records.attempt import read_record
+from harness.study.freeze import read_lock
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import session_containers, write_study
 from tests.helpers import HARNESS, harness, one_error_line
 
@@ -174,12 +174,12 @@ def test_a_frozen_session_records_its_lock_and_grading_it_refuses_drift(
     # Never frozen: the session runs, recorded as outside the frozen study.
     outside = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=lambda _m: None)
-    assert records.read_record(outside).in_frozen_study is False
+    assert read_record(outside).in_frozen_study is False
     assert harness("freeze", "--study", str(study)).returncode == 0
     frozen = read_lock(tmp_path / "runs/frozen/locks/rev-1.json")
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.in_frozen_study and record.lock_sha256 == frozen.sha256
     assert record.study_revision == 1 and record.launch is None
     check = next((tmp_path / "hidden" / TINY / "checks").glob("test_*.py"))

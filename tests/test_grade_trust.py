@@ -17,8 +17,9 @@ import docker
 import pytest
 
 from grading.models import DiffInfo, GradeReport, RestoreInfo, SealInfo, count_outcomes
-from harness import images
-from harness.grade import (
+from harness.infra import images
+from harness.infra.sandbox import ExecResult, Sandbox
+from harness.oracle.grade import (
     JUDGE_USER,
     OUTPUT_DIR,
     Expected,
@@ -26,7 +27,6 @@ from harness.grade import (
     collect_grade,
     grader_sandbox,
 )
-from harness.sandbox import ExecResult, Sandbox
 from tests.conftest import TEST_LABEL
 
 CANARY = b"HARNESS-CANARY-00000000-0000-4000-8000-00000000c0de"

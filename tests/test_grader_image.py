@@ -16,8 +16,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness import images
-from harness.grade import JUDGE_USER, grader_sandbox
+from harness.infra import images
+from harness.oracle.grade import JUDGE_USER, grader_sandbox
 from harness.paths import REPO_ROOT
 from tests.conftest import TEST_LABEL
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import docker
 
-from harness import images
+from harness.infra import images
 from harness.paths import IMAGES_DIR
 
 

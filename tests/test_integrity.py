@@ -20,11 +20,18 @@ from typing import Any
 import docker
 import pytest
 
-from harness import records
-from harness.audit import verify_attempt
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
-from harness.transcript import read_events, read_text
+from harness.records.attempt import (
+    MANIFEST_NAME,
+    RECORD_NAME,
+    TRANSCRIPT_NAME,
+    SessionRecord,
+    read_record,
+    write_record,
+)
+from harness.records.transcript import read_events, read_text
+from harness.records.verify import verify_attempt
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study
 from tests.fake_model_server import FakeModelServer, Reply, tool_reply
 from tests.helpers import HARNESS
@@ -42,12 +49,12 @@ def session(tmp_path: Path, steps: list[dict[str, Any]], **study: Any) -> Path:
 
 
 def events(attempt: Path, kind: str) -> list[Any]:
-    return [e for e in read_events(attempt / records.TRANSCRIPT_NAME) if e.kind == kind]
+    return [e for e in read_events(attempt / TRANSCRIPT_NAME) if e.kind == kind]
 
 
 def assert_ended_cleanly(attempt: Path, client: docker.DockerClient,
-                         outcome: str) -> records.SessionRecord:
-    record = records.read_record(attempt)
+                         outcome: str) -> SessionRecord:
+    record = read_record(attempt)
     assert record.outcome == outcome, (record.outcome, record.error)
     verdict = verify_attempt(attempt)
     assert verdict.ok and not verdict.notes, verdict
@@ -88,7 +95,7 @@ def test_processes_left_running_are_frozen_and_killed_before_the_copy_out(
     last_tick = int(ticks.splitlines()[-1])
     (agent_end,) = events(attempt, "agent_end")
     assert last_tick <= ns(agent_end.ts)
-    kinds = [e.kind for e in read_events(attempt / records.TRANSCRIPT_NAME)]
+    kinds = [e.kind for e in read_events(attempt / TRANSCRIPT_NAME)]
     assert kinds.index("agent_end") < kinds.index("processes_stopped") < kinds.index("diff")
     assert record.diff is not None and "ticks.log" in record.diff.files_changed
 
@@ -110,7 +117,7 @@ def test_file_names_that_are_not_utf8_reach_the_diff_and_the_grader(
     assert record.diff is not None and record.diff.files_changed == names
     (diff_event,) = events(attempt, "diff")
     assert diff_event.data["files_changed"] == names  # exactly, lone surrogates and all
-    raw = (attempt / records.RECORD_NAME).read_bytes()
+    raw = (attempt / RECORD_NAME).read_bytes()
     assert "\\udcfe" in raw.decode("utf-8")  # escaped in valid UTF-8 JSON, not mangled
     assert os.listdir(os.fsencode(attempt / "final" / os.fsdecode(b"dir\xfe"))) == [b"bad\xff.txt"]
     patch = (attempt / "submission.diff").read_bytes()
@@ -165,10 +172,10 @@ def test_a_10_mb_argument_goes_to_a_blob(tmp_path: Path, client: docker.DockerCl
         SUBMIT,
     ])
     record = assert_ended_cleanly(attempt, client, "submitted")
-    assert (attempt / records.TRANSCRIPT_NAME).stat().st_size < 1_000_000
+    assert (attempt / TRANSCRIPT_NAME).stat().st_size < 1_000_000
     (call,) = [e for e in events(attempt, "tool_call") if e.data["name"] == "write_file"]
     assert call.data["args"]["content"].keys() == {"blob", "size", "text"}
-    path = attempt / records.TRANSCRIPT_NAME
+    path = attempt / TRANSCRIPT_NAME
     assert read_text(path, call.data)["args"]["content"] == content
     too_long = events(attempt, "tool_result")[1].data
     assert not too_long["ok"] and "command too long" in too_long["output"]
@@ -191,7 +198,7 @@ def test_a_finished_transcript_cut_at_its_end_fails_verify(
     copy = tmp_path / "attempt"
     shutil.copytree(demo_attempt, copy, symlinks=True)
     assert verify_cli(copy).returncode == 0
-    transcript = copy / records.TRANSCRIPT_NAME
+    transcript = copy / TRANSCRIPT_NAME
     lines = transcript.read_bytes().splitlines(keepends=True)
     assert b'"kind":"session_end"' in lines[-1]
     kept = {"partial_last_line": b"".join(lines)[:-40], "no_session_end": b"".join(lines[:-1]),
@@ -208,10 +215,10 @@ def test_a_partial_last_line_is_ok_only_for_a_session_that_never_finished(
 ) -> None:
     copy = tmp_path / "attempt"
     shutil.copytree(demo_attempt, copy, symlinks=True)
-    record = records.read_record(copy)
+    record = read_record(copy)
     record.status, record.transcript = "running", None  # as a SIGKILL leaves it
-    records.write_record(copy, record)
-    transcript = copy / records.TRANSCRIPT_NAME
+    write_record(copy, record)
+    transcript = copy / TRANSCRIPT_NAME
     transcript.write_bytes(transcript.read_bytes()[:-40])
     result = verify_cli(copy)
     assert result.returncode == 0, result.stderr
@@ -223,9 +230,9 @@ def test_a_head_the_manifest_does_not_repeat_fails_verify(
 ) -> None:
     copy = tmp_path / "attempt"
     shutil.copytree(demo_attempt, copy, symlinks=True)
-    manifest = json.loads((copy / records.MANIFEST_NAME).read_text())
+    manifest = json.loads((copy / MANIFEST_NAME).read_text())
     manifest["transcript"]["events"] -= 1
-    (copy / records.MANIFEST_NAME).write_text(json.dumps(manifest))
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
     result = verify_cli(copy)
     assert result.returncode == 1 and "manifest.json" in result.stderr
 
@@ -264,7 +271,7 @@ def test_an_output_past_the_artifact_cap_is_marked_as_cut(
     cap = 256 * 1024**2
     assert result["output_bytes"] == size + 1 and result["artifact_truncated"]
     assert result["artifact_bytes"] == cap == Path(result["artifact"]).stat().st_size
-    for text in (read_text(attempt / records.TRANSCRIPT_NAME, result["output"]),
+    for text in (read_text(attempt / TRANSCRIPT_NAME, result["output"]),
                  result["shown_to_model"]):
         assert f"first {cap} bytes are in" in text.lower(), text[-600:]
         assert f"last {size + 1 - cap} bytes were not kept" in text
@@ -290,7 +297,7 @@ def test_the_agent_cannot_signal_or_trace_pid_1(tmp_path: Path,
 def test_a_sandbox_that_dies_under_the_agent_is_the_outcome_sandbox_lost(
     tmp_path: Path, client: docker.DockerClient
 ) -> None:
-    transcript = tmp_path / "runs" / "fixture" / SESSION / "attempt-1" / records.TRANSCRIPT_NAME
+    transcript = tmp_path / "runs" / "fixture" / SESSION / "attempt-1" / TRANSCRIPT_NAME
 
     def kill_when_the_command_runs() -> None:
         deadline = time.monotonic() + 120
@@ -368,7 +375,7 @@ def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
     assert proc.returncode == 128 + signal.SIGTERM
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == [f"interrupted by SIGTERM: session recorded as interrupted in {attempt}"]
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.status == "interrupted" and record.error == "interrupted by SIGTERM"
     assert record.processes_stopped is not None
     assert [p.command for p in record.processes_stopped.processes] == ["sleep 60"]

@@ -19,9 +19,9 @@ import docker
 import pytest
 import yaml
 
-from harness import records
+from harness.infra.sandbox import MANAGED_LABEL
 from harness.paths import REPO_ROOT
-from harness.sandbox import MANAGED_LABEL
+from harness.records.attempt import SessionRecord, study_records
 from tests.conftest import write_script, write_study
 from tests.helpers import HARNESS, harness
 
@@ -48,9 +48,9 @@ def study_containers(client: docker.DockerClient, name: str) -> list[object]:
                                   filters={"label": [MANAGED_LABEL, f"org.harness.study={name}"]})
 
 
-def attempts(tmp: Path, name: str) -> dict[str, list[records.SessionRecord]]:
-    found: dict[str, list[records.SessionRecord]] = {}
-    for _path, record in records.study_records(tmp / "runs" / name):
+def attempts(tmp: Path, name: str) -> dict[str, list[SessionRecord]]:
+    found: dict[str, list[SessionRecord]] = {}
+    for _path, record in study_records(tmp / "runs" / name):
         found.setdefault(record.session_id, []).append(record)
     return found
 

@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import images
-from harness.oracle_strength import OracleStrengthReport, oracle_strength
+from harness.infra import images
+from harness.infra.sandbox import OWNER_PID_LABEL
+from harness.oracle.strength import OracleStrengthReport, oracle_strength
 from harness.paths import REPO_ROOT
-from harness.sandbox import OWNER_PID_LABEL
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"

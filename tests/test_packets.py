@@ -15,10 +15,10 @@ from types import ModuleType
 import docker
 import pytest
 
-from harness.packets import load_packet
+from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLimits
+from harness.infra.workspace import apply_patch, snapshot_baseline, workspace_archive
 from harness.paths import REPO_ROOT
-from harness.sandbox import WORKSPACE, Sandbox, SandboxLimits
-from harness.workspace import apply_patch, snapshot_baseline, workspace_archive
+from harness.records.packets import load_packet
 from tests.conftest import TEST_LABEL
 
 TASKS = sorted(p.parent.name for p in (REPO_ROOT / "task_packets").glob("*/packet.yaml"))

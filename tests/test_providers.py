@@ -11,12 +11,12 @@ from typing import Any
 import docker
 import pytest
 
-from harness import records
 from harness.agent.loop import build_system_prompt
 from harness.agent.tools import ToolSpec
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
-from harness.session import SessionOptions, run_session
-from harness.transcript import read_events, verify
+from harness.records.attempt import TRANSCRIPT_NAME, read_record
+from harness.records.transcript import read_events, verify
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study
 from tests.fake_model_server import FakeModelServer, Reply, tool_reply
 
@@ -24,7 +24,7 @@ from tests.fake_model_server import FakeModelServer, Reply, tool_reply
 
 
 def session_events(attempt: Path, kind: str) -> list[dict[str, Any]]:
-    return [e.data for e in read_events(attempt / records.TRANSCRIPT_NAME) if e.kind == kind]
+    return [e.data for e in read_events(attempt / TRANSCRIPT_NAME) if e.kind == kind]
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -41,7 +41,7 @@ def test_session_through_the_sdk_sums_usage_exactly(
                                          "retry": FAST_RETRY.model_dump()})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "submitted" and record.diff and record.diff.files_changed == [
         "NOTES.md"]
     usage = record.usage
@@ -56,7 +56,7 @@ def test_session_through_the_sdk_sums_usage_exactly(
     start = session_events(attempt, "session_start")[0]
     assert start["model"]["model"] == f"{kind}:fake-model" and start["model"]["temperature"] == 0
     assert all(r["body"]["temperature"] == 0.0 for r in server.requests)
-    assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert verify(attempt / TRANSCRIPT_NAME).ok
 
 
 def test_token_budget_stops_before_an_unaffordable_call_and_the_diff_is_graded(
@@ -71,7 +71,7 @@ def test_token_budget_stops_before_an_unaffordable_call_and_the_diff_is_graded(
                         budget={"tokens_total": 12000})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "budget_exhausted:tokens_total"
     assert record.usage is not None and record.usage.tokens_total == 7000 <= 12000
     assert len(server.requests) == 1  # the second call could not fit, so it was never sent
@@ -90,7 +90,7 @@ def test_wall_budget_cancels_an_in_flight_model_call(
     started = time.monotonic()
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=lambda _m: None)
-    assert records.read_record(attempt).outcome == "budget_exhausted:wall_seconds"
+    assert read_record(attempt).outcome == "budget_exhausted:wall_seconds"
     assert time.monotonic() - started < 25
 
 
@@ -104,7 +104,7 @@ def test_candidate_run_budget(tmp_path: Path) -> None:
                         budget={"candidate_runs": 1})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "budget_exhausted:candidate_runs"
     assert record.diff is not None and record.grades  # graded all the same
     assert record.usage is not None and record.usage.candidate_runs == 1
@@ -139,7 +139,7 @@ def test_model_override_is_recorded_outside_the_study(
     attempt = run_session(SessionOptions(study_path=write_study(tmp_path), pair=1,
                                          arm="control", grade=False,
                                          model="openai:override-model"), log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.model == "openai:override-model" and record.in_frozen_study is False
     assert server.requests[0]["body"]["model"] == "override-model"
 

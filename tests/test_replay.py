@@ -16,10 +16,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import events, records, replay, viewer
-from harness.grade import SnapshotGrade, SnapshotGrades
-from harness.session import SessionOptions, run_session
-from harness.transcript import TranscriptWriter, read_events
+from harness.audit import replay, viewer
+from harness.records import events
+from harness.records.attempt import (
+    TRANSCRIPT_NAME,
+    TranscriptHead,
+    manifest_problem,
+    read_record,
+    write_manifest,
+    write_record,
+)
+from harness.records.grades import SnapshotGrade, SnapshotGrades
+from harness.records.transcript import TranscriptWriter, read_events
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 
 CHROMIUM = "/usr/bin/chromium"
@@ -95,7 +104,7 @@ def _copy(attempt: Path, tmp_path: Path) -> Path:
 
 
 def test_replay_verifies_then_prints_every_event(attempt: Path) -> None:
-    events = read_events(attempt / records.TRANSCRIPT_NAME)
+    events = read_events(attempt / TRANSCRIPT_NAME)
     result = _cli(str(attempt))
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
@@ -123,7 +132,7 @@ def test_hostile_output_is_inert_in_the_terminal(attempt: Path) -> None:
 
 
 def test_filters_by_kind_tool_and_text(attempt: Path) -> None:
-    events = read_events(attempt / records.TRANSCRIPT_NAME)
+    events = read_events(attempt / TRANSCRIPT_NAME)
 
     def lines(*args: str) -> set[int]:
         result = _cli(str(attempt), *args)
@@ -148,7 +157,7 @@ def test_filters_by_kind_tool_and_text(attempt: Path) -> None:
 def test_a_tampered_transcript_is_broken_at_the_edited_event(attempt: Path,
                                                              tmp_path: Path) -> None:
     copy = _copy(attempt, tmp_path)
-    path = copy / records.TRANSCRIPT_NAME
+    path = copy / TRANSCRIPT_NAME
     lines = path.read_bytes().splitlines(keepends=True)
     target = next(i for i, line in enumerate(lines)
                   if b'"kind":"tool_result"' in line and b'"exit_code":0' in line)
@@ -172,7 +181,7 @@ def test_a_cut_transcript_is_broken_at_its_end_and_a_partial_line_is_shown(
     attempt: Path, tmp_path: Path
 ) -> None:
     copy = _copy(attempt, tmp_path)
-    path = copy / records.TRANSCRIPT_NAME
+    path = copy / TRANSCRIPT_NAME
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:-3]))  # whole events cut off the end
     result = _cli(str(copy))
@@ -195,7 +204,7 @@ def test_a_damaged_line_in_the_middle_is_shown_and_what_follows_is_unverified(
     attempt: Path, tmp_path: Path
 ) -> None:
     copy = _copy(attempt, tmp_path)
-    path = copy / records.TRANSCRIPT_NAME
+    path = copy / TRANSCRIPT_NAME
     lines = path.read_bytes().splitlines(keepends=True)
     lines[5] = b'{"not": "an event", "ansi": "\\u001b[31m"\n'
     path.write_bytes(b"".join(lines))
@@ -215,22 +224,22 @@ def test_a_snapshot_event_and_its_grade_are_shown_when_recorded(attempt: Path,
     patch = f"--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-old\n+new {SCRIPT_TAG}\n"
     (copy / "snapshots").mkdir(exist_ok=True)
     (copy / "snapshots/0009.diff").write_text(patch)
-    with TranscriptWriter(copy / records.TRANSCRIPT_NAME, events.validate) as writer:
+    with TranscriptWriter(copy / TRANSCRIPT_NAME, events.validate) as writer:
         writer.append("snapshot", {"index": 9, "trigger": "run_public_tests", "call_id": "c9",
                                    "diff": "snapshots/0009.diff", "files_changed": ["x.py"],
                                    "sha256": hashlib.sha256(patch.encode()).hexdigest(),
                                    "bytes": len(patch), "duration_s": 0.1})
-        head = records.TranscriptHead(events=writer.next_seq, head=writer.last_hash)
-    record = records.read_record(copy)
+        head = TranscriptHead(events=writer.next_seq, head=writer.last_hash)
+    record = read_record(copy)
     record.transcript = head
-    records.write_record(copy, record)
+    write_record(copy, record)
     (copy / "grades").mkdir(exist_ok=True)
     (copy / replay.SNAPSHOT_GRADES_NAME).write_text(SnapshotGrades(
         graded_at="now", snapshots=[SnapshotGrade(
             index=9, trigger="run_public_tests", call_id="c9", diff_sha256="0" * 64,
             folder="grades/snapshots/grade-1", verdict="incomplete",
             contracts={"public-tests": "pass", "hidden:resume": "fail"})]).model_dump_json())
-    records.write_manifest(copy)
+    write_manifest(copy)
     loaded = replay.load(copy)
     assert loaded.verification.ok, loaded.verification.error
     snap = next(s for s in loaded.snapshots if s.id == "9")  # the session took its own too
@@ -243,7 +252,7 @@ def test_a_snapshot_event_and_its_grade_are_shown_when_recorded(attempt: Path,
 
 
 def test_reasoning_blocks_are_shown_escaped(tmp_path: Path) -> None:
-    path = tmp_path / records.TRANSCRIPT_NAME
+    path = tmp_path / TRANSCRIPT_NAME
     with TranscriptWriter(path) as writer:
         writer.append("model_response", {
             "text": "answer", "tool_calls": [], "usage": {"input_tokens": 5, "output_tokens": 7},
@@ -281,7 +290,7 @@ def test_the_html_escapes_everything_it_shows(attempt: Path, tmp_path: Path) -> 
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in page
     data = _data_block(page)
-    events = read_events(attempt / records.TRANSCRIPT_NAME)
+    events = read_events(attempt / TRANSCRIPT_NAME)
     assert data["lines"] == len(events)
     assert HOSTILE_TOOL in {e["tool"] for e in data["events"]}  # type: ignore[attr-defined]
     # The whole big output, from its blob, one click away.
@@ -359,7 +368,7 @@ def test_the_viewer_in_headless_chromium(attempt: Path, tmp_path: Path) -> None:
 
 
 def test_absurd_numbers_and_nan_do_not_break_the_timeline_or_the_chart(tmp_path: Path) -> None:
-    path = tmp_path / records.TRANSCRIPT_NAME
+    path = tmp_path / TRANSCRIPT_NAME
     with TranscriptWriter(path) as writer:
         writer.append("budget_start", {"budget": {"tool_calls": 10**400, "tokens_total": True},
                                        "deadline_s": 10**400})
@@ -381,7 +390,7 @@ def test_absurd_numbers_and_nan_do_not_break_the_timeline_or_the_chart(tmp_path:
 def test_reexecuting_the_scripted_demo_reproduces_every_call_and_the_final_diff(
     tmp_path: Path,
 ) -> None:
-    from harness.reexecute import reexecute
+    from harness.audit.reexecute import reexecute
 
     # The fixture study's own scripted agent: reads, edits, runs a training command, the
     # public tests and a candidate run, submits.
@@ -389,14 +398,14 @@ def test_reexecuting_the_scripted_demo_reproduces_every_call_and_the_final_diff(
     demo = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                        log=lambda _m: None)
     report = reexecute(demo, log=lambda _m: None)
-    record = records.read_record(demo)
+    record = read_record(demo)
     assert report.divergences == [], report.divergences
     assert len(report.calls) == record.usage.tool_calls  # type: ignore[union-attr]
     assert {c.tool for c in report.calls} >= {"run_public_tests", "run_candidate", "submit"}
     assert report.diff_sha256 == record.diff.sha256  # type: ignore[union-attr]
     folder = Path(report.folder)
     assert folder.parent == demo.parent and (folder / "reexecute.json").is_file()
-    assert records.manifest_problem(demo) is None  # the attempt itself was not touched
+    assert manifest_problem(demo) is None  # the attempt itself was not touched
 
 
 def test_reexecution_lists_a_planted_divergence(tmp_path: Path) -> None:
@@ -420,7 +429,7 @@ def test_reexecution_lists_a_planted_divergence(tmp_path: Path) -> None:
 
 def test_a_broken_transcript_is_not_reexecuted(attempt: Path, tmp_path: Path) -> None:
     copy = _copy(attempt, tmp_path)
-    path = copy / records.TRANSCRIPT_NAME
+    path = copy / TRANSCRIPT_NAME
     path.write_bytes(path.read_bytes().replace(b'"exit_code":0', b'"exit_code":1', 1))
     result = _cli(str(copy), "--reexecute")
     assert result.returncode == 2

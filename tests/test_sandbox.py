@@ -10,15 +10,15 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness import events
+from harness.agent.snapshots import Snapshots
 from harness.agent.tools import ARTIFACT_ALLOWANCE_BYTES, ToolRunner
-from harness.budget import Budget, Ledger
-from harness.gpu_slots import GpuSlots
+from harness.infra.gpu_slots import GpuSlots
+from harness.infra.sandbox import WORKSPACE, OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
+from harness.infra.workspace import DiffTooLarge, extract_tree, workspace_archive
 from harness.paths import REPO_ROOT
-from harness.sandbox import WORKSPACE, OrphanReport, Sandbox, SandboxLimits, cleanup_orphans
-from harness.snapshots import Snapshots
-from harness.transcript import TranscriptWriter, read_events
-from harness.workspace import DiffTooLarge, extract_tree, workspace_archive
+from harness.records import events
+from harness.records.budget import Budget, Ledger
+from harness.records.transcript import TranscriptWriter, read_events
 from tests.conftest import TEST_LABEL
 
 
@@ -271,7 +271,7 @@ def test_child_that_drops_the_marker_is_still_killed(sandbox: Sandbox) -> None:
 def test_when_no_killer_can_start_pid_1_kills_everything(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("harness.sandbox.KILL_COMMAND", "/nonexistent/harness-kill")
+    monkeypatch.setattr("harness.infra.sandbox.KILL_COMMAND", "/nonexistent/harness-kill")
     result = sandbox.exec(["bash", "-c", "sleep 1000 & sleep 1001"], timeout_s=1)
     assert result.timed_out and result.kill == "init"
     assert processes(sandbox) == []

@@ -14,30 +14,31 @@ import docker
 import pytest
 
 from grading.hashing import file_sha256
-from harness import events, records
 from harness.agent.tools import ToolRunner
 from harness.errors import HarnessError
-from harness.sandbox import Sandbox
-from harness.session import SessionOptions, run_session
-from harness.transcript import read_events, verify
+from harness.infra.sandbox import Sandbox
+from harness.records import events
+from harness.records.attempt import MANIFEST_NAME, TRANSCRIPT_NAME, read_record
+from harness.records.transcript import read_events, verify
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import session_containers, write_script, write_study
 
 SESSION = "tiny-regression-pair1-control"
 
 
 def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient) -> None:
-    record = records.read_record(demo_attempt)
+    record = read_record(demo_attempt)
     assert record.status == "finished" and record.outcome == "submitted"
     assert record.image_id.startswith("sha256:") and record.container
     assert record.diff is not None and record.diff.files_changed
     assert record.grades and record.grades[-1].verdict == "complete"
-    report = verify(demo_attempt / records.TRANSCRIPT_NAME)
+    report = verify(demo_attempt / TRANSCRIPT_NAME)
     assert report.ok and not report.partial_tail
-    written = read_events(demo_attempt / records.TRANSCRIPT_NAME)
+    written = read_events(demo_attempt / TRANSCRIPT_NAME)
     kinds = [events.parse(e).kind for e in written]  # every event fits its documented model
     assert kinds[0] == "session_start" and kinds[-1] == "session_end"
     assert {"model_request", "model_response", "tool_call", "tool_result", "diff"} <= set(kinds)
-    manifest = json.loads((demo_attempt / records.MANIFEST_NAME).read_text())
+    manifest = json.loads((demo_attempt / MANIFEST_NAME).read_text())
     for rel, digest in manifest["files"].items():
         if not digest.startswith("symlink:"):
             assert file_sha256(demo_attempt / rel) == digest, rel
@@ -48,7 +49,7 @@ def test_editing_one_byte_of_a_transcript_fails_verify_naming_the_event(
     demo_attempt: Path, tmp_path: Path
 ) -> None:
     copy = tmp_path / "transcript.jsonl"
-    original = (demo_attempt / records.TRANSCRIPT_NAME).read_bytes()
+    original = (demo_attempt / TRANSCRIPT_NAME).read_bytes()
     lines = original.splitlines(keepends=True)
     target = next(i for i, line in enumerate(lines) if b'"kind":"tool_result"' in line)
     line = bytearray(lines[target])
@@ -101,9 +102,9 @@ def test_exception_mid_session_leaves_no_container_and_a_valid_transcript(
         run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                     log=lambda _m: None)
     attempt = tmp_path / "runs" / "fixture" / SESSION / "attempt-1"
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "harness_error" and "injected failure" in (record.error or "")
-    assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert verify(attempt / TRANSCRIPT_NAME).ok
     assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
 
 
@@ -124,9 +125,9 @@ def test_a_sandbox_that_will_not_go_still_leaves_the_record(
     study = write_study(tmp_path)
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=said.append)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.status == "finished" and record.diff is not None
-    transcript = attempt / records.TRANSCRIPT_NAME
+    transcript = attempt / TRANSCRIPT_NAME
     assert verify(transcript).ok
     kinds = [e.kind for e in read_events(transcript)]
     assert "sandbox_removed" not in kinds and kinds[-1] == "session_end"
@@ -146,7 +147,7 @@ def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.Dock
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "session", "--study",
                              str(study), "--pair", "1", "--arm", "control", "--no-grade"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    transcript = tmp_path / "runs" / "fixture" / SESSION / "attempt-1" / records.TRANSCRIPT_NAME
+    transcript = tmp_path / "runs" / "fixture" / SESSION / "attempt-1" / TRANSCRIPT_NAME
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if transcript.exists() and b'"kind":"tool_call"' in transcript.read_bytes():
@@ -164,7 +165,7 @@ def test_sigkill_of_the_harness_then_cleanup(tmp_path: Path, client: docker.Dock
                              str(tmp_path / "runs")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert session_containers(client, SESSION, tmp_path / "runs/fixture") == []
-    record = records.read_record(transcript.parent)
+    record = read_record(transcript.parent)
     assert record.status == "interrupted" and record.outcome == "interrupted"
     report = verify(transcript)
     assert report.ok and read_events(transcript)[-1].kind == "session_interrupted"
@@ -176,7 +177,7 @@ def test_tool_call_budget_ends_the_session_and_the_diff_is_still_graded(
     study = write_study(tmp_path, budget={"tool_calls": 2})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "budget_exhausted:tool_calls"
     assert record.usage is not None and record.usage.tool_calls == 2
     assert record.diff is not None and record.grades  # extracted and graded all the same
@@ -192,9 +193,9 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
                         budget={"wall_seconds": 6})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "budget_exhausted:wall_seconds"
-    results = [e for e in read_events(attempt / records.TRANSCRIPT_NAME)
+    results = [e for e in read_events(attempt / TRANSCRIPT_NAME)
                if e.kind == "tool_result"]
     assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
     assert record.diff is not None and record.grades  # graded all the same
@@ -202,10 +203,10 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
 
 def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> None:
     from grading.models import GradeReport
-    from harness.grade import grade_attempt
+    from harness.oracle.grade import grade_attempt
 
     summary = grade_attempt(demo_attempt, log=lambda _m: None)
-    record = records.read_record(demo_attempt)
+    record = read_record(demo_attempt)
     first, second = record.grades[0], record.grades[-1]
     assert second == summary and summary.reason is None
     assert first.folder != second.folder  # a new folder: nothing overwritten
@@ -237,9 +238,9 @@ def test_a_hostile_agents_calls_are_its_own_failures_and_snapshots_freeze_it(
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control",
                                          grade=False), log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.outcome == "submitted", record.error
-    events = read_events(attempt / records.TRANSCRIPT_NAME)
+    events = read_events(attempt / TRANSCRIPT_NAME)
     results = [e.data for e in events if e.kind == "tool_result"]
     assert [r["ok"] for r in results[:3]] == [False, False, False]
     assert "command must be a string" in results[0]["output"]
@@ -252,4 +253,4 @@ def test_a_hostile_agents_calls_are_its_own_failures_and_snapshots_freeze_it(
     snapshots = [e.data for e in events if e.kind == "snapshot"]
     assert [s["trigger"] for s in snapshots] == ["run_public_tests", "submit"]
     assert all(s["paused"] and s["diff"] for s in snapshots), snapshots
-    assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert verify(attempt / TRANSCRIPT_NAME).ok

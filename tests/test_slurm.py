@@ -15,8 +15,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness import slurm
 from harness.paths import REPO_ROOT
+from harness.study import slurm
 from tests.conftest import write_script
 from tests.helpers import HARNESS
 from tests.test_matrix import TINY, attempts, matrix_study, study_containers, wait_for

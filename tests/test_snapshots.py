@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import events, records
-from harness.audit import verify_attempt
-from harness.grade import SNAPSHOT_GRADES_NAME, SnapshotGrades
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
-from harness.transcript import read_events
+from harness.records import events
+from harness.records.attempt import MANIFEST_NAME, TRANSCRIPT_NAME, read_record
+from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrades
+from harness.records.transcript import read_events
+from harness.records.verify import verify_attempt
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 from tests.helpers import harness
 
@@ -47,7 +48,7 @@ def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
     attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
                           log=lambda _m: None)
-    written = [events.parse(e) for e in read_events(attempt / records.TRANSCRIPT_NAME)]
+    written = [events.parse(e) for e in read_events(attempt / TRANSCRIPT_NAME)]
     snaps = [e for e in written if e.kind == "snapshot"]
     assert [s.data.trigger for s in snaps] == [  # type: ignore[attr-defined]
         "run_public_tests", "run_candidate", "run_public_tests", "submit"]
@@ -56,9 +57,9 @@ def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
         assert call.seq == snap.seq - 1
         assert snap.data.call_id == call.data.id  # type: ignore[attr-defined]
         assert (attempt / snap.data.diff).is_file()  # type: ignore[attr-defined]
-    manifest = json.loads((attempt / records.MANIFEST_NAME).read_text())
+    manifest = json.loads((attempt / MANIFEST_NAME).read_text())
     assert {s.data.diff for s in snaps} <= set(manifest["files"])  # type: ignore[attr-defined]
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.grades[-1].verdict == "complete"
     assert record.usage is not None and record.usage.harness_seconds > 0
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
+from harness.oracle.validate import validate_task
 from harness.paths import REPO_ROOT
 from harness.traincheck import capabilities as cap
 from harness.traincheck.calibrate import calibrate, detections_by_contract, render_markdown
 from harness.traincheck.reference import build_reference, load_frozen
 from harness.traincheck.variants import task_files
-from harness.validate import validate_task
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"

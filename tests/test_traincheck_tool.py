@@ -13,14 +13,14 @@ from typing import Any
 import yaml
 
 from diagnostics.checking import invariant_id
-from harness import records
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
+from harness.records.attempt import TRANSCRIPT_NAME, read_record
+from harness.records.transcript import verify
+from harness.study.session import SessionOptions, run_session
 from harness.traincheck.reference import load_frozen
 from harness.traincheck.variants import task_files
-from harness.transcript import verify
 from tests.conftest import write_script, write_study
 from tests.test_providers import session_events
 
@@ -83,7 +83,7 @@ def test_only_the_treatment_arm_has_the_tool_and_bad_configurations_are_clear_er
         assert "gloo-ddp-2" in result["output"] and "cuda" not in result["output"].split(":")[-1]
     assert treatment[2]["output"].startswith("error: bad arguments for traincheck")
     for attempt in attempts.values():
-        record = records.read_record(attempt)
+        record = read_record(attempt)
         assert record.outcome == "submitted"
         assert record.usage is not None and record.usage.diagnostic_runs == 0
         assert "diagnostics" not in record.usage.compute_seconds  # refused calls cost nothing
@@ -112,7 +112,7 @@ def test_traincheck_finds_unsynchronised_experts_without_touching_the_workspace(
 
     attempt = run_session(SessionOptions(study_path=moe_study(tmp_path, AGENT), pair=1,
                                          arm="treatment", grade=False), log=lambda _m: None)
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.status == "finished" and record.outcome == "submitted", record.error
 
     [result] = tool_results(attempt, "traincheck")
@@ -131,7 +131,7 @@ def test_traincheck_finds_unsynchronised_experts_without_touching_the_workspace(
     assert Path(result["artifact"]).is_file()
 
     # The transcript verifies and the session's usage carries the diagnostic compute apart.
-    assert verify(attempt / records.TRANSCRIPT_NAME).ok
+    assert verify(attempt / TRANSCRIPT_NAME).ok
     cli = subprocess.run([sys.executable, "-m", "harness.cli", "verify", str(attempt)],
                          capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
@@ -171,6 +171,6 @@ def test_a_crashing_program_is_reported_as_a_crash_never_as_a_clean_result(
     assert "Program output (tail):" in output and "\x1b[" not in output
     assert "/tmp/traincheck/run-1/run/output.log" in output
     assert "no violations" not in output and details["new_violations"] == []
-    record = records.read_record(attempt)
+    record = read_record(attempt)
     assert record.usage is not None and record.usage.diagnostic_runs == 1
     assert record.usage.compute_seconds["diagnostics"] > 0

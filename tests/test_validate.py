@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.oracle.validate import compare, fault_folders, render_markdown, validate_task
 from harness.paths import REPO_ROOT
-from harness.validate import compare, fault_folders, render_markdown, validate_task
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"

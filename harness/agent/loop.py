@@ -16,11 +16,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from harness.agent.providers.base import DeadlineReached, Provider, ProviderError
+from harness.agent.snapshots import SNAPSHOT_TOOLS, Snapshots
 from harness.agent.tools import ToolRunner, ToolSpec
-from harness.budget import BudgetExhausted, Ledger
-from harness.sandbox import SandboxLost, artifact_note
-from harness.snapshots import SNAPSHOT_TOOLS, Snapshots
-from harness.transcript import TranscriptWriter
+from harness.infra.sandbox import SandboxLost, artifact_note
+from harness.records.budget import BudgetExhausted, Ledger
+from harness.records.transcript import TranscriptWriter
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a software engineer working on a PyTorch training codebase in /workspace. "
@@ -55,7 +55,7 @@ def build_system_prompt(base: str | None, tools: list[ToolSpec]) -> str:
 def cut_for_model(text: str, limit: int, where: str = "") -> str:
     """Head and tail of a tool output, with an explicit marker where the middle was cut.
 
-    ``where``: where the output is kept (:func:`harness.sandbox.artifact_note`).
+    ``where``: where the output is kept (:func:`harness.infra.sandbox.artifact_note`).
     """
     if len(text) <= limit:
         return text

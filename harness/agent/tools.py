@@ -21,9 +21,9 @@ from pydantic import BaseModel, Field
 from grading.packet import CUDA_CONFIGURATIONS
 from harness import jsontext
 from harness.agent.providers.base import UNPARSED_ARGUMENTS
-from harness.budget import ComputeCategory, Ledger
-from harness.packets import TaskPacket
-from harness.sandbox import WORKSPACE, Sandbox, SandboxLost
+from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLost
+from harness.records.budget import ComputeCategory, Ledger
+from harness.records.packets import TaskPacket
 
 # Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
 MAX_EXEC_ARGUMENT_BYTES = 100_000

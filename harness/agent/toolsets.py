@@ -7,7 +7,7 @@ from harness.agent.traincheck_tool import TraincheckTool
 from harness.errors import HarnessError
 
 # Extra tools an arm may add; an arm lists them in its study's ``extra_tools``. Their
-# handlers are built per session (harness/session.py) and given to the ToolRunner, so an arm
+# handlers are built per session (harness/study/session.py) and given to the ToolRunner, so an arm
 # that does not list a tool can never run it.
 EXTRA_TOOLS: dict[str, ToolSpec] = {
     "traincheck": spec_of(TraincheckTool.__call__, "traincheck"),

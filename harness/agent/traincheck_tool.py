@@ -34,7 +34,7 @@ from grading.hashing import reference_tree_sha256
 from grading.packet import CUDA_CONFIGURATIONS, DiagnosticsSpec
 from harness.agent.tools import ToolError, ToolResult, ToolRunner
 from harness.errors import HarnessError
-from harness.packets import TaskPacket
+from harness.records.packets import TaskPacket
 from harness.traincheck.reference import (
     ReferenceManifest,
     Violation,

@@ -17,10 +17,10 @@ from typing import Any
 
 import docker
 
-from harness import images
 from harness.errors import HarnessError
-from harness.grade import tar_inputs
-from harness.sandbox import Sandbox, SandboxLimits
+from harness.infra import images
+from harness.infra.sandbox import Sandbox, SandboxLimits
+from harness.infra.workspace import tar_inputs
 
 ROLE_LABEL = "org.harness.role"
 TREES = "/workspace/trees"

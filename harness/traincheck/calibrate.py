@@ -27,9 +27,10 @@ import docker
 from pydantic import BaseModel, Field
 
 from grading.hashing import file_sha256
-from harness import images
 from harness.errors import HarnessError
+from harness.infra import images
 from harness.paths import REPO_ROOT
+from harness.records.tasks import FAILING, ValidationReport
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
     RunSummary,
@@ -39,7 +40,6 @@ from harness.traincheck.reference import (
     traced_run,
 )
 from harness.traincheck.variants import TaskFiles, Variant, build_variants
-from harness.validate import FAILING, ValidationReport
 
 CALIBRATION_SEED_OFFSET = 1  # held-out seed = packet seed + 1
 CHECK_WALL_S = 900.0

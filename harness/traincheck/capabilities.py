@@ -26,12 +26,12 @@ import docker
 from pydantic import BaseModel, Field, RootModel
 
 from grading.yamlfile import YamlFileError, load_model
-from harness import images
 from harness.errors import HarnessError
+from harness.infra import images
+from harness.records.tasks import ValidationReport
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import RunSummary, run_summary, traced_run, traincheck_version
 from harness.traincheck.variants import TaskFiles, build_variants
-from harness.validate import ValidationReport
 
 Status = Literal["observed", "partly", "not"]
 KIND_ORDER = ["api_events", "model_parameters", "gradients", "optimizer_state",

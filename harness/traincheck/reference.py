@@ -36,8 +36,8 @@ from pydantic import BaseModel, Field
 
 from diagnostics.checking import invariant_id  # the id the container computes too
 from grading.hashing import file_sha256, reference_tree_sha256
-from harness import images
 from harness.errors import HarnessError
+from harness.infra import images
 from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.variants import TaskFiles, build_variants

@@ -26,7 +26,7 @@ import docker
 from pydantic import BaseModel, Field
 
 from grading.hashing import reference_tree_sha256
-from harness import images
+from harness.infra import images
 from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import traincheck_version

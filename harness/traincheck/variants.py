@@ -14,10 +14,10 @@ from typing import Literal
 from pydantic import BaseModel
 
 from harness.errors import HarnessError
-from harness.packets import TaskPacket, load_packet
+from harness.infra.workspace import apply_patch, snapshot_baseline
 from harness.paths import REPO_ROOT
-from harness.validate import FaultSpec, load_yaml
-from harness.workspace import apply_patch, snapshot_baseline
+from harness.records.packets import TaskPacket, load_packet
+from harness.records.tasks import FaultSpec, load_yaml
 
 REPORTS_ROOT = REPO_ROOT / "reports" / "traincheck"
 VALIDATION_ROOT = REPO_ROOT / "reports" / "validation"

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 from grading.hashing import tree_sha256
-from harness import images
-from harness.grade import JUDGE_USER, GraderInputs, grade_diff, grader_sandbox, tar_inputs
-from harness.packets import load_packet
+from harness.infra import images
+from harness.infra.workspace import snapshot_baseline, tar_inputs
+from harness.oracle.grade import JUDGE_USER, GraderInputs, grade_diff, grader_sandbox
 from harness.paths import REPO_ROOT
-from harness.workspace import snapshot_baseline
+from harness.records.packets import load_packet
 
 PACKETS = {"tiny-regression": REPO_ROOT / "tests/fixtures/task_packets/tiny-regression"}
 

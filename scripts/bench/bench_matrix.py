@@ -34,11 +34,11 @@ from pathlib import Path
 
 import yaml
 
-from harness import records
-from harness.matrix import MatrixState, state_path
 from harness.paths import REPO_ROOT
-from harness.study import load_study
-from harness.transcript import read_events
+from harness.records.attempt import TRANSCRIPT_NAME, study_records
+from harness.records.study import load_study
+from harness.records.transcript import read_events
+from harness.study.matrix import MatrixState, state_path
 
 TINY = "tiny-regression"
 
@@ -95,14 +95,14 @@ def main() -> None:
         slots = run.slots or 1
         available = slots * (end - run.started_at)
         shares, overheads, before, after, walls, queues = [], [], [], [], [], []
-        for attempt_dir, record in records.study_records(study.runs_root()):
+        for attempt_dir, record in study_records(study.runs_root()):
             if not record.launch or record.launch.run_id != run.run_id:
                 continue
             started = _epoch(record.started_at)
             job = next(j for j in jobs if j.session_id == record.session_id
                        and (j.started_at or 0) <= started <= (j.ended_at or 0))
             events = {e.kind: _epoch(e.ts) for e in read_events(
-                attempt_dir / records.TRANSCRIPT_NAME) if e.kind in ("budget_start", "agent_end")}
+                attempt_dir / TRANSCRIPT_NAME) if e.kind in ("budget_start", "agent_end")}
             worker = (job.ended_at or 0) - (job.started_at or 0)
             agent = events["agent_end"] - events["budget_start"]
             walls.append(worker)

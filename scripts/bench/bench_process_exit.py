@@ -21,9 +21,9 @@ import argparse
 import json
 import statistics
 
-from harness import images
-from harness.grade import JUDGE_USER, grader_sandbox
-from harness.sandbox import Sandbox
+from harness.infra import images
+from harness.infra.sandbox import Sandbox
+from harness.oracle.grade import JUDGE_USER, grader_sandbox
 
 FORKS = r'''
 import gc, json, os, sys, time

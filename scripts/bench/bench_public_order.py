@@ -31,21 +31,16 @@ import time
 from pathlib import Path
 
 from grading.hashing import grader_source_sha256, tree_sha256
-from grading.layout import PUBLIC_CONTRACT_ID
-from grading.mutants import (
-    DETECTED,
-    REFERENCE_NAME,
-    RESULTS_NAME,
-    CoverageMap,
-    MutantResult,
-)
-from harness import images
-from harness.grade import INPUT_DIR, JUDGE_USER, OUTPUT_DIR, grader_sandbox, send_inputs
-from harness.mutant_pool import MutantInputs
-from harness.mutation import generate_mutants
-from harness.oracle_strength import load_equivalents, mutant_spec, reference_header, write_mutants
+from grading.models import PUBLIC_CONTRACT_ID
+from grading.mutant_report import DETECTED, REFERENCE_NAME, RESULTS_NAME, MutantResult
+from grading.mutants import CoverageMap
+from harness.infra import images
+from harness.infra.workspace import snapshot_baseline
+from harness.oracle.grade import INPUT_DIR, JUDGE_USER, OUTPUT_DIR, grader_sandbox, send_inputs
+from harness.oracle.mutant_pool import MutantInputs
+from harness.oracle.mutation import generate_mutants
+from harness.oracle.strength import load_equivalents, mutant_spec, reference_header, write_mutants
 from harness.paths import REPO_ROOT
-from harness.workspace import snapshot_baseline
 
 # The old rule: the public tests first whenever they ran the statement.
 BEFORE = """

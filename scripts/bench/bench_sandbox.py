@@ -16,8 +16,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from harness import images
-from harness.sandbox import Sandbox
+from harness.infra import images
+from harness.infra.sandbox import Sandbox
 
 
 def timed(fn: Callable[[], object]) -> float:

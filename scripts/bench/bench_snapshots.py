@@ -17,9 +17,9 @@ from pathlib import Path
 
 import yaml
 
-from harness import records
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
+from harness.records.attempt import read_record
+from harness.study.session import SessionOptions, run_session
 
 
 def study_copy(study: Path, runs: Path) -> Path:
@@ -46,7 +46,7 @@ def main() -> None:
                                                      grade=False, snapshots=snapshots),
                                       log=lambda _m: None)
                 walls[snapshots].append(time.monotonic() - started)
-                usage = records.read_record(attempt).usage
+                usage = read_record(attempt).usage
                 if snapshots and usage is not None:
                     taken.append(usage.harness_seconds)
     on, off = statistics.median(walls[True]), statistics.median(walls[False])

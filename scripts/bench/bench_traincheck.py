@@ -17,7 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from harness import images
+from harness.infra import images
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import CPU_CONFIGURATIONS, load_frozen, traced_run
 from harness.traincheck.variants import build_variants, task_files

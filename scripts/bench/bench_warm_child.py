@@ -22,9 +22,9 @@ import json
 
 from bench_process_exit import print_ratio, run_json  # this folder (run as a script)
 
-from harness import images
-from harness.grade import grader_sandbox
-from harness.sandbox import Sandbox
+from harness.infra import images
+from harness.infra.sandbox import Sandbox
+from harness.oracle.grade import grader_sandbox
 
 CHILD = r'''
 import ctypes, gc, json, os, sys

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.oracle_strength import OracleStrengthReport, oracle_strength
+from harness.oracle.strength import OracleStrengthReport, oracle_strength
 from harness.paths import REPO_ROOT
 
 

@@ -35,10 +35,10 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness.images.specs import image_tag  # noqa: E402
-from harness.packets import load_packet  # noqa: E402
-from harness.sandbox import Sandbox, SandboxLimits  # noqa: E402
-from harness.workspace import apply_patch, snapshot_baseline, workspace_archive  # noqa: E402
+from harness.infra.images.specs import image_tag  # noqa: E402
+from harness.infra.sandbox import Sandbox, SandboxLimits  # noqa: E402
+from harness.infra.workspace import apply_patch, snapshot_baseline, workspace_archive  # noqa: E402
+from harness.records.packets import load_packet  # noqa: E402
 
 HELPERS = Path(__file__).resolve().parent / "teardown"
 LINE = re.compile(r"^run (\d+) (\S+) rc=(-?\d+) abort=([01]) gloo_threads_at_exit=(\d+)$")

@@ -3,7 +3,7 @@
 # just ended. Slurm kills a cancelled or timed-out job's processes (the harness worker among
 # them) but not the containers the worker started: they belong to dockerd. Every container and
 # volume a matrix worker creates carries the label org.harness.slurm-job=<job id>
-# (harness/sandbox.py PROCESS_LABELS), so only this job's are touched.
+# (harness/infra/sandbox.py PROCESS_LABELS), so only this job's are touched.
 #
 # Install: copy to each node and set `Epilog=/path/epilog.sh` in slurm.conf (scripts/slurm/
 # cluster.sh does both for the single-node cluster). It runs as root on the node after every

@@ -537,7 +537,7 @@ def test_a_selection_runs_only_its_checks_and_collects_once(
     process. The judge's collection never imports candidate code, so it is made once per
     process; a selected check pytest did not collect is a grader defect, never a silent skip."""
     from grading import hidden as hidden_module
-    from grading.layout import GraderError
+    from grading.errors import GraderError
 
     diff = make_diff(calc_task["repo"], tmp_path, lambda repo: (repo / "calc.py").write_text(
         CALC_SOLVED.replace("return a * b", "return a + b")))

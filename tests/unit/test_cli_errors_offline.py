@@ -51,7 +51,7 @@ def test_grade_of_unknown_session(tmp_path: Path) -> None:
 
 
 def test_existing_attempts_are_never_overwritten(tmp_path: Path) -> None:
-    from harness.records import new_attempt_dir
+    from harness.records.attempt import new_attempt_dir
 
     first, n1 = new_attempt_dir(tmp_path / "s")
     (first / "session.json").write_text("{}")

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from harness.errors import HarnessError
-from harness.sandbox import _remove_container
+from harness.infra.sandbox import _remove_container
 
 
 def api_error(status: int, explanation: str) -> docker.errors.APIError:

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import events, records
 from harness.errors import HarnessError
-from harness.records_doc import DOC_PATH, render
-from harness.transcript import TranscriptWriter, read_events
+from harness.records import events
+from harness.records.attempt import SESSION_SCHEMA_VERSION, SessionRecord, read_record, write_record
+from harness.records.doc import DOC_PATH, render
+from harness.records.transcript import TranscriptWriter, read_events
 
 
 def test_the_writer_refuses_an_unknown_kind_or_a_field_no_reader_knows(tmp_path: Path) -> None:
@@ -43,20 +44,20 @@ def test_a_reader_names_the_event_that_does_not_fit(tmp_path: Path) -> None:
 
 
 def test_a_record_never_holds_an_unclassified_outcome(tmp_path: Path) -> None:
-    record = records.SessionRecord(
-        schema_version=records.SESSION_SCHEMA_VERSION, study="s", session_id="s-1",
+    record = SessionRecord(
+        schema_version=SESSION_SCHEMA_VERSION, study="s", session_id="s-1",
         attempt=1, task="t", pair=1, arm="control", seed=1, model="scripted:x",
         packet_dir="p", hidden_dir="h", image="i", image_id="sha256:0", harness_pid=1,
         host="h", started_at="now", outcome="budget_exhausted:tool_calls")
-    records.write_record(tmp_path, record)
-    assert records.read_record(tmp_path).outcome == "budget_exhausted:tool_calls"
+    write_record(tmp_path, record)
+    assert read_record(tmp_path).outcome == "budget_exhausted:tool_calls"
     record.outcome = "something_new"  # assignment is not validated; the write is
     with pytest.raises(ValueError, match="unclassified session outcome"):
-        records.write_record(tmp_path, record)
-    assert records.read_record(tmp_path).outcome == "budget_exhausted:tool_calls"
+        write_record(tmp_path, record)
+    assert read_record(tmp_path).outcome == "budget_exhausted:tool_calls"
 
 
 def test_docs_records_md_is_generated_from_the_models() -> None:
-    assert DOC_PATH.read_text() == render(), "run `python -m harness.records_doc`"
+    assert DOC_PATH.read_text() == render(), "run `python -m harness.records.doc`"
     for kind in events.EVENT_DATA:
         assert f"### `{kind}`" in DOC_PATH.read_text()

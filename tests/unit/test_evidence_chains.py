@@ -12,11 +12,23 @@ from typing import Any
 
 import pytest
 
-from harness import events, evidence, records
+from harness.agent.snapshots import SNAPSHOT_TOOLS
+from harness.audit import evidence
 from harness.errors import HarnessError
-from harness.grade import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
-from harness.snapshots import SNAPSHOT_TOOLS
-from harness.transcript import TranscriptWriter
+from harness.records import chains, events
+from harness.records.attempt import (
+    MANIFEST_NAME,
+    RECORD_NAME,
+    SESSION_SCHEMA_VERSION,
+    TRANSCRIPT_NAME,
+    SessionRecord,
+    TranscriptHead,
+    manifest_problem,
+    write_manifest,
+    write_record,
+)
+from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
+from harness.records.transcript import TranscriptWriter
 from tests.helpers import harness, one_error_line
 
 COMMON = ["bash", "read_file", "write_file", "edit_file", "run_public_tests", "run_candidate",
@@ -40,7 +52,7 @@ class Attempt:
         self.folder = folder
         self.arm = arm
         folder.mkdir(parents=True)
-        self.writer = TranscriptWriter(folder / records.TRANSCRIPT_NAME, events.validate)
+        self.writer = TranscriptWriter(folder / TRANSCRIPT_NAME, events.validate)
         self.calls = self.snapshots = 0
         if tools is None:
             tools = COMMON + (["traincheck"] if arm == "treatment" else [])
@@ -77,16 +89,16 @@ class Attempt:
     def close(self) -> Path:
         self.writer.append("session_end", {"status": "finished", "outcome": "submitted",
                                            "usage": {}, "diff": None})
-        head = records.TranscriptHead(events=self.writer.next_seq, head=self.writer.last_hash)
+        head = TranscriptHead(events=self.writer.next_seq, head=self.writer.last_hash)
         self.writer.close()
-        records.write_record(self.folder, records.SessionRecord(
-            schema_version=records.SESSION_SCHEMA_VERSION, study="s",
+        write_record(self.folder, SessionRecord(
+            schema_version=SESSION_SCHEMA_VERSION, study="s",
             session_id=f"t-pair1-{self.arm}", attempt=1, task="t", pair=1,
             arm=self.arm,  # type: ignore[arg-type]
             seed=1, model="scripted:x", packet_dir="p", hidden_dir="h", image="i",
             image_id="sha256:0", harness_pid=1, host="h", started_at="now",
             status="finished", outcome="submitted", transcript=head))
-        records.write_manifest(self.folder)
+        write_manifest(self.folder)
         return self.folder
 
 
@@ -179,13 +191,13 @@ def test_a_chain_runs_from_the_observation_to_the_next_run_with_the_independent_
     assert "not graded" in evidence.describe(tests)["after"]
 
     # Bound to the exact bytes, and written byte-identically when proposed again.
-    raw = (attempt / evidence.CHAINS_NAME).read_bytes()
+    raw = (attempt / chains.CHAINS_NAME).read_bytes()
     assert proposal.transcript_sha256 == hashlib.sha256(
-        (attempt / records.TRANSCRIPT_NAME).read_bytes()).hexdigest()
+        (attempt / TRANSCRIPT_NAME).read_bytes()).hexdigest()
     assert proposal.snapshot_grades_sha256 == hashlib.sha256(
         (attempt / SNAPSHOT_GRADES_NAME).read_bytes()).hexdigest()
     evidence.propose(attempt)
-    assert (attempt / evidence.CHAINS_NAME).read_bytes() == raw
+    assert (attempt / chains.CHAINS_NAME).read_bytes() == raw
 
 
 def test_without_grades_every_snapshot_is_not_graded(tmp_path: Path) -> None:
@@ -247,9 +259,9 @@ def test_judgements_round_trip_and_are_refused_when_the_transcript_is_replaced(
         "chain": chain, "category": "helped", "auditor": "ann",
         "note": "revert followed the report", "transcript_sha256": proposal.transcript_sha256,
         "chains_sha256": hashlib.sha256(
-            (attempt / evidence.CHAINS_NAME).read_bytes()).hexdigest()}
+            (attempt / chains.CHAINS_NAME).read_bytes()).hexdigest()}
     assert second.judgement.category == "no_defect_present"
-    judgements = attempt / evidence.JUDGEMENTS_NAME
+    judgements = attempt / chains.JUDGEMENTS_NAME
     kept = judgements.read_bytes()
 
     with pytest.raises(HarnessError, match="not in the proposal"):
@@ -262,7 +274,7 @@ def test_judgements_round_trip_and_are_refused_when_the_transcript_is_replaced(
     # the binding to the proposal's digest can tell.
     forged_dir = tmp_path / "forged"
     forged, _ = regression_caught(forged_dir, note_text="Something else entirely.")
-    for name in (records.TRANSCRIPT_NAME, records.RECORD_NAME, records.MANIFEST_NAME):
+    for name in (TRANSCRIPT_NAME, RECORD_NAME, MANIFEST_NAME):
         (attempt / name).write_bytes((forged / name).read_bytes())
     with pytest.raises(HarnessError, match="the transcript changed since"):
         evidence.judge(attempt, chain, "helped", "ann")
@@ -278,7 +290,7 @@ def test_a_tampered_audit_file_is_refused_and_nothing_is_added(tmp_path: Path) -
     attempt, seqs = regression_caught(tmp_path / "a")
     evidence.propose(attempt)
     evidence.judge(attempt, f"c{seqs['tc1']}", "helped", "ann")
-    path = attempt / evidence.JUDGEMENTS_NAME
+    path = attempt / chains.JUDGEMENTS_NAME
     path.write_bytes(path.read_bytes().replace(b'"helped"', b'"diagnostic_misleading"'))
     tampered = path.read_bytes()
     with pytest.raises(HarnessError, match="does not verify"):
@@ -292,14 +304,14 @@ def test_the_audit_folder_is_never_part_of_the_manifest(tmp_path: Path) -> None:
     attempt, seqs = regression_caught(tmp_path / "a")
     evidence.propose(attempt)
     evidence.judge(attempt, f"c{seqs['tc1']}", "helped", "ann")
-    assert records.manifest_problem(attempt) is None
+    assert manifest_problem(attempt) is None
     # A later grading rewrites the manifest: the audit stays out of it, so judging goes on.
-    listed = records.write_manifest(attempt)["files"]
+    listed = write_manifest(attempt)["files"]
     assert not any(rel.startswith("audit/") for rel in listed)
     evidence.judge(attempt, f"c{seqs['tc2']}", "no_defect_present", "ann")
-    assert records.manifest_problem(attempt) is None
+    assert manifest_problem(attempt) is None
     (attempt / "stray.txt").write_text("x")  # anything else unlisted still is a problem
-    assert records.manifest_problem(attempt) == "stray.txt is not in the manifest"
+    assert manifest_problem(attempt) == "stray.txt is not in the manifest"
 
 
 def test_the_command_line_shows_transcript_text_inert_and_refuses_in_one_line(
@@ -326,8 +338,8 @@ def test_the_command_line_shows_transcript_text_inert_and_refuses_in_one_line(
                            "--auditor", "a"), "not in the proposal")
     one_error_line(harness("audit", str(attempt), "--judge", chain), "--category")
     one_error_line(harness("audit", str(attempt)), "--propose")
-    data = json.loads((attempt / evidence.CHAINS_NAME).read_text())
-    assert data["schema_version"] == evidence.CHAINS_SCHEMA_VERSION
+    data = json.loads((attempt / chains.CHAINS_NAME).read_text())
+    assert data["schema_version"] == chains.CHAINS_SCHEMA_VERSION
 
 
 def test_reexecution_pairs_a_reused_call_id_by_position() -> None:
@@ -335,7 +347,7 @@ def test_reexecution_pairs_a_reused_call_id_by_position() -> None:
     that followed it, not the last result with that id."""
     from types import SimpleNamespace
 
-    from harness.reexecute import results_by_call
+    from harness.audit.reexecute import results_by_call
 
     def event(seq: int, kind: str, **data: object) -> SimpleNamespace:
         return SimpleNamespace(seq=seq, kind=kind, data=data)

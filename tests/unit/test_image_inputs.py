@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import images
+from harness.infra import images
 
 
 def test_inputs_hash_changes_with_the_parent() -> None:

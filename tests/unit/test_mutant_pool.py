@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from grading.mutants import MutantResult
-from harness import mutant_pool
-from harness.grade import GraderFailed
+from grading.mutant_report import MutantResult
+from harness.oracle import mutant_pool
+from harness.oracle.grade import GraderFailed
 
 
 class FakeBox:
@@ -170,7 +170,7 @@ def test_the_grader_is_told_to_start_mutants_cold_only_when_asked(tmp_path: Path
 def test_the_reference_is_graded_in_parts_side_by_side_and_merged(
     tmp_path: Path, boxes: list[FakeBox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from grading.mutants import MutantsReport
+    from grading.mutant_report import MutantsReport
 
     asked: dict[tuple[int, int] | None, str] = {}
     both_running = threading.Barrier(2, timeout=30)

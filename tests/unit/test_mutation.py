@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from grading.layout import GraderError
+from grading.errors import GraderError
 from grading.models import ContractResult
 from grading.mutants import classify
 from harness.errors import HarnessError
-from harness.mutation import (
+from harness.infra.workspace import compute_diff, snapshot_baseline
+from harness.oracle.mutation import (
     OPERATORS,
     Mutant,
     changed_lines,
     generate_mutants,
     sample_evenly,
 )
-from harness.oracle_strength import load_equivalents
+from harness.oracle.strength import load_equivalents
 from harness.paths import REPO_ROOT
-from harness.workspace import compute_diff, snapshot_baseline
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 REFERENCE = (REPO_ROOT / "hidden" / "tiny-regression" / "reference" / "solution.patch")
@@ -157,7 +157,7 @@ def test_the_fixture_reference_yields_compiling_mutants(tmp_path: Path) -> None:
     assert len(mutants) >= 30
     for m in mutants[::8]:  # every operator's diffs apply; a sample keeps the unit layer fast
         tree = tmp_path / m.id
-        from harness.workspace import apply_patch
+        from harness.infra.workspace import apply_patch
 
         apply_patch(baseline, m.diff.encode(), tree)
         ast.parse((tree / m.path).read_text())
@@ -223,8 +223,8 @@ def test_equivalence_marks_need_a_reason(tmp_path: Path) -> None:
 
 
 def test_rescore_applies_new_equivalence_marks_without_grading(tmp_path: Path) -> None:
-    from grading.mutants import MutantResult, MutantsReport
-    from harness.oracle_strength import rescore
+    from grading.mutant_report import MutantResult, MutantsReport
+    from harness.oracle.strength import rescore
 
     def m(mid: str) -> Mutant:
         return Mutant(id=mid, operator="constant", family="classic", path="p.py", line=1,
@@ -252,7 +252,8 @@ def test_rescore_applies_new_equivalence_marks_without_grading(tmp_path: Path) -
 
 def test_a_mutant_runs_the_checks_that_ran_its_statement_first_then_every_other() -> None:
     from grading import trace
-    from grading.mutants import CoverageMap, MutantSpec
+    from grading.mutant_report import MutantSpec
+    from grading.mutants import CoverageMap
 
     coverage = CoverageMap(
         by_check={
@@ -312,7 +313,7 @@ def test_a_survivor_cut_short_by_the_budget_says_so() -> None:
 
 
 def test_a_stopped_run_keeps_every_complete_result() -> None:
-    from grading.mutants import MutantResult, MutantsReport, read_partial
+    from grading.mutant_report import MutantResult, MutantsReport, read_partial
 
     header = MutantsReport(task_id="t", reference_verdict="complete_on_cpu",
                            reference_duration_s=30.0, hidden_test_timeout_s=60.0,
@@ -332,8 +333,8 @@ def test_a_stopped_run_keeps_every_complete_result() -> None:
 
 def test_a_report_says_how_many_containers_graded_and_whether_the_reference_was_reused(
 ) -> None:
-    from grading.mutants import MutantResult, MutantsReport
-    from harness.oracle_strength import render_markdown, score_report
+    from grading.mutant_report import MutantResult, MutantsReport
+    from harness.oracle.strength import render_markdown, score_report
 
     def m(mid: str) -> Mutant:
         return Mutant(id=mid, operator="constant", family="classic", path="p.py", line=1,
@@ -354,7 +355,8 @@ def test_a_report_says_how_many_containers_graded_and_whether_the_reference_was_
 
 
 def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> None:
-    from grading.mutants import MutantResult, Selection, _confirm
+    from grading.mutant_report import MutantResult
+    from grading.mutants import Selection, _confirm
 
     every = Selection(public=True, hidden=("t.py::a", "t.py::b"),
                       covering=frozenset({"public-tests", "hidden:t.py::a"}))
@@ -439,7 +441,8 @@ def test_kills_and_survivors_are_checked_in_a_setup_the_reference_passed() -> No
 
 
 def test_a_crash_or_hang_counts_only_when_it_happens_again() -> None:
-    from grading.mutants import MutantResult, Selection, _confirm
+    from grading.mutant_report import MutantResult
+    from grading.mutants import Selection, _confirm
 
     every = Selection(public=True, hidden=("t.py::a", "t.py::b"))
     asked: list[Selection] = []
@@ -493,7 +496,8 @@ def test_a_crash_or_hang_counts_only_when_it_happens_again() -> None:
 
 
 def test_a_result_counts_every_grade_it_took() -> None:
-    from grading.mutants import MutantResult, Selection, _confirm, over_every_grade
+    from grading.mutant_report import MutantResult
+    from grading.mutants import Selection, _confirm, over_every_grade
 
     # Killed by t.py::b after t.py::a; alone t.py::b passes; then t.py::c, never reached,
     # kills first in its process: three grades, the result is the third's.
@@ -518,7 +522,7 @@ def test_a_result_counts_every_grade_it_took() -> None:
 
 def test_the_reference_graded_in_parts_merges_into_one_header() -> None:
     from grading.hidden import NOT_SELECTED
-    from grading.mutants import MutantsReport, merge_reference_parts
+    from grading.mutant_report import MutantsReport, merge_reference_parts
     from grading.packet import load_packet_spec
 
     packet = load_packet_spec(FIXTURE / "packet.yaml")

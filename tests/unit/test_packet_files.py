@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.packets import load_packet
 from harness.paths import REPO_ROOT
+from harness.records.packets import load_packet
 
 TASKS = sorted(p.parent.name for p in (REPO_ROOT / "task_packets").glob("*/packet.yaml"))
 

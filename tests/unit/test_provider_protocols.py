@@ -17,7 +17,7 @@ from harness.agent.providers.base import (
     ProviderError,
 )
 from harness.agent.tools import COMMON_TOOLS
-from harness.study import AgentSettings
+from harness.records.study import AgentSettings
 from tests.conftest import FAST_RETRY
 from tests.fake_model_server import FakeModelServer, Reply, text_reply, tool_reply
 

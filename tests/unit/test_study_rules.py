@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.outcomes import outcome_kind
 from harness.paths import REPO_ROOT
-from harness.study import launch_order, load_study
+from harness.records.outcomes import outcome_kind
+from harness.records.study import launch_order, load_study
 
 TINY = "tiny-regression"
 
@@ -68,10 +68,10 @@ def test_launch_order_is_seeded_and_blocked_by_pair() -> None:
 
 
 def test_every_outcome_the_harness_writes_is_classified() -> None:
-    """A new outcome string must be classified in harness/outcomes.py before a matrix run
+    """A new outcome string must be classified in harness/records/outcomes.py before a matrix run
     treats it as anything: this finds every literal the agent loop and the session write."""
     sources = "".join((REPO_ROOT / p).read_text() for p in (
-        "harness/agent/loop.py", "harness/session.py"))
+        "harness/agent/loop.py", "harness/study/session.py"))
     literals = set(re.findall(r'outcome="([a-z_]+)"', sources))
     literals |= set(re.findall(r'^\s*record\.outcome = "([a-z_]+)"', sources, re.MULTILINE))
     literals |= set(re.findall(r'record\.status, record\.outcome = "[a-z]+", "([a-z_]+)"',

@@ -10,9 +10,9 @@ import pytest
 
 from harness.agent.traincheck_tool import TraincheckTool
 from harness.errors import HarnessError
-from harness.packets import load_packet
 from harness.paths import REPO_ROOT
-from harness.session import SessionOptions, run_session
+from harness.records.packets import load_packet
+from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 
 TASK = "moe-router"

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-import harness.transcript as transcript_module
+import harness.records.transcript as transcript_module
 from harness.errors import HarnessError
-from harness.transcript import (
+from harness.records.transcript import (
     GENESIS_HASH,
     BlobRef,
     Event,
@@ -581,7 +581,7 @@ _CHILD_SCRIPT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from harness.transcript import TranscriptWriter
+    from harness.records.transcript import TranscriptWriter
 
     writer = TranscriptWriter(Path(sys.argv[1]))
     writer.append("session_start", {"pid": 0})

@@ -13,7 +13,7 @@ import git
 import pytest
 
 from harness.errors import HarnessError
-from harness.workspace import (
+from harness.infra.workspace import (
     AGENT_GID,
     AGENT_UID,
     DiffTooLarge,

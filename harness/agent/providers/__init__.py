@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.agent.providers.base import Provider
 from harness.errors import HarnessError
-from harness.study import AgentSettings, _resolve
+from harness.records.study import AgentSettings, _resolve
 
 
 def make_provider(settings: AgentSettings) -> Provider:

@@ -25,7 +25,7 @@ from tenacity.wait import wait_exponential_jitter
 
 from harness import jsontext
 from harness.errors import HarnessError
-from harness.study import AgentSettings, RetryPolicy
+from harness.records.study import AgentSettings, RetryPolicy
 
 # The one argument a call carries when the model's arguments were not a JSON object of finite
 # values: their text, kept so the transcript records what was sent; the tool refuses the call.

@@ -21,7 +21,7 @@ from harness.agent.providers.base import (
     ToolCall,
 )
 from harness.agent.providers.sdk_errors import map_sdk_error
-from harness.study import AgentSettings
+from harness.records.study import AgentSettings
 
 
 def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,900 @@
+"""``harness replay``: read an attempt back as a timeline, after verifying it.
+
+Verification comes first (:func:`harness.records.verify.verify_attempt`: the hash chain, every blob,
+and the end that ``session.json`` and the manifest recorded). A broken transcript is still
+read, line by line, but every event from the break on is marked *unverified*, and the break
+itself is a row of its own: nothing is dropped or smoothed over.
+
+Every byte of the attempt folder is treated as hostile, whether verified or not (a verified
+transcript still holds whatever the agent and its programs printed): lines, blobs, artifacts
+and grade files are read with size caps, and text meant for a terminal goes through
+:func:`one_line` / :func:`inert_block`, which turn control characters, terminal escape
+sequences, bidi overrides and lone surrogates into visible escapes. Rich is only ever given
+``Text`` objects, so ``[bold]`` in an output stays literal.
+
+A ``snapshot`` event (harness/agent/snapshots.py) is shown with its index, trigger and changed
+files, its diff read (capped) from ``snapshots/NNNN.diff``, and its blind grade from
+``grades/snapshots.json`` when ``harness grade --snapshots`` has run. Nothing is shown where
+nothing was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeGuard
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from grading.hashing import file_sha256 as file_sha256_of
+from harness.errors import HarnessError
+from harness.records.attempt import (
+    MANIFEST_NAME,
+    RECORD_NAME,
+    TRANSCRIPT_NAME,
+    GradeSummary,
+    read_record,
+)
+from harness.records.transcript import BLOB_DIR_NAME
+from harness.records.verify import verify_attempt
+
+# A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
+# larger ones go to blobs, so only a damaged or forged line gets near it).
+MAX_LINE_BYTES = 32 * 1024**2
+# What one replay parses of a transcript in all (a real one spills its large strings to
+# blobs and stays far below); later lines are listed as not read, never dropped silently.
+MAX_READ_BYTES = 1024**3
+# What a timeline row shows of an output or a message.
+HEAD_CHARS = 160
+# What one search (--grep, the viewer's index) reads of one text.
+SEARCH_TEXT_BYTES = 1024**2
+GRADE_JSON_MAX_BYTES = 16 * 1024**2
+SNAPSHOT_GRADES_NAME = "grades/snapshots.json"  # harness.oracle.grade.SNAPSHOT_GRADES_NAME
+SNAPSHOT_DIFF = re.compile(r"^snapshots/[0-9]{4}\.diff$")  # nothing else is read as a diff
+SNAPSHOT_DIFF_MAX_BYTES = 4 * 1024**2
+SNAPSHOT_KIND = "snapshot"
+# Artifacts are named by the harness (``NNNN-label.log``); a recorded path is never followed,
+# only its last part is looked up under the attempt's own artifacts/.
+_ARTIFACT_NAME = re.compile(r"^[0-9]{4}-[A-Za-z0-9_.-]{1,120}\.log$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+Status = Literal["verified", "unverified", "damaged"]
+
+# -- making text inert --------------------------------------------------------------------------
+
+# C0/C1 controls (ESC included), DEL, zero-width and bidi controls, line/paragraph separators,
+# BOM, interlinear annotations and lone surrogates: each is shown as its escape, never sent.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+    "\ufff9-\ufffb\ud800-\udfff]"
+)
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def inert_block(text: str) -> str:
+    """``text`` with newlines and tabs kept and every other unsafe character escaped."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
+def one_line(text: str, limit: int = HEAD_CHARS) -> str:
+    """The head of ``text`` on one inert line: newlines as ``⏎``, at most ``limit`` chars."""
+    flat = text.strip().replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " ")
+    cut = flat[: limit * 2]  # escapes make it longer, never shorter
+    shown = inert_block(cut)
+    if len(shown) > limit or len(flat) > len(cut):
+        return shown[: max(0, limit - 1)] + "…"
+    return shown
+
+
+# -- bounded reading -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capped:
+    """A text read with a cap: ``text`` is all of it, or its head and tail with a marker."""
+
+    text: str
+    total_bytes: int
+    omitted_bytes: int = 0
+    problem: str | None = None  # e.g. a missing blob: ``text`` is empty then
+
+    @property
+    def whole(self) -> bool:
+        return self.omitted_bytes == 0 and self.problem is None
+
+
+def _decode(raw: bytes) -> str:
+    # Text blobs were written with surrogatepass (harness.jsontext); a forged one may not be
+    # UTF-8 at all, and a cut may split a character.
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def _marker(omitted: int, total: int, where: str) -> str:
+    return (f"\n[... replay: {omitted} of {total} bytes not shown here"
+            f"{'; the whole is in ' + where if where else ''} ...]\n")
+
+
+def cap_text(text: str, cap: int, where: str = "") -> Capped:
+    """``text`` cut to about ``cap`` UTF-8 bytes (head and tail), saying what was cut."""
+    if len(text) * 4 <= cap:
+        return Capped(text, len(text.encode("utf-8", "surrogatepass")))
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= cap:
+        return Capped(text, len(raw))
+    half = cap // 2
+    omitted = len(raw) - 2 * half
+    return Capped(_decode(raw[:half]) + _marker(omitted, len(raw), where)
+                  + _decode(raw[-half:]), len(raw), omitted)
+
+
+def read_capped(path: Path, cap: int, where: str = "") -> Capped:
+    """A file's text, head and tail past ``cap`` bytes; never follows a symlink."""
+    try:
+        # NONBLOCK: opening a FIFO planted in the folder must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return Capped("", 0, problem=f"{path.name} is missing")
+    except OSError as exc:
+        return Capped("", 0, problem=f"{path.name} cannot be read: {exc.strerror}")
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would never end
+            return Capped("", 0, problem=f"{path.name} is not a regular file")
+        size = info.st_size
+        if size <= cap:
+            return Capped(_decode(fh.read(cap)), size)
+        half = cap // 2
+        head = fh.read(half)
+        fh.seek(size - half)
+        tail = fh.read(half)
+    omitted = size - 2 * half
+    return Capped(_decode(head) + _marker(omitted, size, where or str(path)) + _decode(tail),
+                  size, omitted)
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a regular file (not a link), or None."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    return file_sha256_of(path)
+
+
+def is_blob_ref(value: Any) -> TypeGuard[dict[str, Any]]:
+    return (isinstance(value, dict) and isinstance(value.get("blob"), str)
+            and bool(_HEX64.match(value["blob"])) and set(value) <= {"blob", "size", "text"})
+
+
+# -- the model ------------------------------------------------------------------------------------
+
+
+class Progress(BaseModel):
+    """Budget counters as the ``budget`` events reported them up to an event."""
+
+    tokens_input: int = 0
+    tokens_output: int = 0
+    tokens_total: int = 0
+    tool_calls: int = 0
+    candidate_runs: int = 0
+
+
+class Violation(BaseModel):
+    """One TrainCheck violation a ``traincheck`` call reported (as recorded, any field may be
+    missing in a damaged event)."""
+
+    relation: str = ""
+    rule: str = ""
+    plain_rule: str = ""
+    first_step: str = ""
+    ranks: str = ""
+
+
+class ReplayEvent(BaseModel):
+    """One line of the transcript, read back."""
+
+    line: int
+    status: Status
+    seq: int | None = None
+    ts: str | None = None
+    offset_s: float | None = None
+    kind: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    problem: str | None = None  # why a line is damaged
+    # Derived for the timeline (raw; every consumer makes them inert).
+    tool: str | None = None
+    summary: str = ""
+    exit_code: int | None = None
+    progress: Progress = Field(default_factory=Progress)
+    diagnostic: bool = False  # a call or result of a diagnostic tool (TrainCheck)
+    violations: list[Violation] = Field(default_factory=list)
+    diagnostic_outcome: str | None = None
+
+
+class Verification(BaseModel):
+    ok: bool
+    events: int  # verified from the start
+    error: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    # 1-based line where the chain breaks; None when intact or when only the recorded end
+    # disagrees (then ``at_end``).
+    break_line: int | None = None
+    at_end: bool = False
+
+    def line(self) -> str:
+        if self.ok:
+            notes = f" ({'; '.join(self.notes)})" if self.notes else ""
+            return f"transcript verified: {self.events} events, chain and end intact{notes}"
+        where = (f"at line {self.break_line}" if self.break_line is not None
+                 else "at its end" if self.at_end else "")
+        return (f"TRANSCRIPT BROKEN {where} after {self.events} good events: {self.error}; "
+                "everything from there on is shown UNVERIFIED")
+
+
+class SnapshotGrade(BaseModel):
+    verdict: str = ""
+    contracts: dict[str, str] = Field(default_factory=dict)
+
+
+class Snapshot(BaseModel):
+    """A ``snapshot`` event (issue 15 part 1) with its grade, when one was recorded."""
+
+    seq: int | None
+    line: int
+    offset_s: float | None
+    id: str
+    trigger: str
+    files_changed: list[str] = Field(default_factory=list)
+    sha256: str | None = None
+    diff: str | None = None  # the patch, capped
+    grade: SnapshotGrade | None = None
+
+
+class ContractOutcome(BaseModel):
+    id: str
+    outcome: str
+    kind: str = ""
+    reason: str = ""
+
+
+class FinalGrade(BaseModel):
+    verdict: str
+    shown: str  # GradeSummary.shown(): what was not determined, in so many words
+    folder: str
+    contracts: list[ContractOutcome] = Field(default_factory=list)
+    problem: str | None = None
+
+
+class Replay(BaseModel):
+    """An attempt read back: what verification said, every line, and what surrounds them."""
+
+    attempt_dir: Path
+    transcript: Path
+    verification: Verification
+    record: dict[str, Any] | None = None  # session.json as read (not part of the chain)
+    record_problem: str | None = None
+    events: list[ReplayEvent]
+    caps: dict[str, float | int | None] = Field(default_factory=dict)
+    deadline_s: float | None = None
+    snapshots: list[Snapshot] = Field(default_factory=list)
+    grade: FinalGrade | None = None
+
+    def text(self, value: Any, cap: int, where: str = "") -> Capped:
+        """A recorded string or blob reference as capped text."""
+        if isinstance(value, str):
+            return cap_text(value, cap, where)
+        if is_blob_ref(value):
+            name = value["blob"]
+            return read_capped(self.transcript.parent / BLOB_DIR_NAME / name, cap,
+                               where or f"{BLOB_DIR_NAME}/{name}")
+        if value is None:
+            return Capped("", 0)
+        return cap_text(json.dumps(value, ensure_ascii=False, indent=1, default=str), cap, where)
+
+    def artifact(self, recorded: Any) -> Path | None:
+        """The attempt's own copy of a recorded artifact path (its last part only)."""
+        if not isinstance(recorded, str):
+            return None
+        name = recorded.rsplit("/", 1)[-1]
+        return self.attempt_dir / "artifacts" / name if _ARTIFACT_NAME.match(name) else None
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
+    """(1-based line number, bytes without newline or None if oversized, complete?, size)."""
+    with path.open("rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):
+                    raw = fh.readline(1 << 20)
+                    size += len(raw)
+                yield lineno, None, raw.endswith(b"\n"), size
+                continue
+            complete = raw.endswith(b"\n")
+            yield lineno, raw[:-1] if complete else raw, complete, len(raw)
+
+
+def _complete_lines(path: Path) -> int:
+    """How many newline-terminated lines ``path`` holds, counted without keeping any."""
+    count = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            count += chunk.count(b"\n")
+    return count
+
+
+def _parse_ts(ts: Any) -> datetime | None:
+    if not isinstance(ts, str) or len(ts) > 40:
+        return None
+    try:
+        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+
+
+def _short_value(value: Any, limit: int = 60) -> str:
+    if isinstance(value, str):
+        return one_line(value, limit)
+    if is_blob_ref(value):
+        return f"<{value.get('size', '?')} bytes>"
+    return one_line(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
+def short_args(tool: str, args: Any) -> str:
+    """A tool call's arguments in short (raw; made inert by one_line)."""
+    if not isinstance(args, dict):
+        return _short_value(args)
+
+    def size(key: str) -> str:
+        value = args.get(key)
+        if isinstance(value, str):
+            return f"{len(value)} chars"
+        if is_blob_ref(value):
+            return f"{value.get('size', '?')} bytes"
+        return "?"
+
+    if tool == "bash" and "command" in args:
+        return _short_value(args["command"], 120)
+    if tool == "read_file" and "path" in args:
+        lines = ""
+        if "start_line" in args or "end_line" in args:
+            lines = f":{args.get('start_line', 1)}-{args.get('end_line', '')}"
+        return _short_value(args["path"]) + lines
+    if tool == "write_file" and "path" in args:
+        return f"{_short_value(args['path'])} ({size('content')})"
+    if tool == "edit_file" and "path" in args:
+        return f"{_short_value(args['path'])} ({size('old')} -> {size('new')})"
+    if tool == "submit" and "summary" in args:
+        return _short_value(args["summary"], 120)
+    parts = [f"{key}={_short_value(value, 40)}" for key, value in list(args.items())[:6]]
+    return ", ".join(parts)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-JSON constant {name}")
+
+
+def _number(value: Any) -> int | float | None:
+    """A count or cap that arithmetic and the chart can take (a forged line may hold 1e999
+    digits or a bool)."""
+    if type(value) is int and abs(value) < 2**62:
+        return value
+    if type(value) is float and abs(value) < 1e15:  # NaN fails the comparison
+        return value
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _violations(details: Any) -> list[Violation]:
+    found = details.get("new_violations") if isinstance(details, dict) else None
+    if not isinstance(found, list):
+        return []
+    out = []
+    for item in found[:200]:
+        if not isinstance(item, dict):
+            continue
+        ranks = item.get("ranks")
+        out.append(Violation(
+            relation=str(item.get("relation") or ""), rule=str(item.get("rule") or ""),
+            plain_rule=str(item.get("plain_rule") or ""),
+            first_step="" if item.get("first_step") is None else str(item.get("first_step")),
+            ranks=", ".join(map(str, ranks)) if isinstance(ranks, list) else ""))
+    return out
+
+
+def diagnostic_tools() -> frozenset[str]:
+    """The tools that only the treatment arm gets: the diagnostics (TrainCheck)."""
+    from harness.agent.toolsets import EXTRA_TOOLS
+
+    return frozenset(EXTRA_TOOLS)
+
+
+def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> None:
+    """Fill the timeline fields of one event from its data (raw, never trusted)."""
+    d = event.data
+    kind = event.kind
+    if kind == "tool_call":
+        event.tool = str(d.get("name", "?"))
+        event.summary = short_args(event.tool, d.get("args"))
+    elif kind == "tool_result":
+        event.tool = str(d.get("name", "?"))
+        event.exit_code = _int(d.get("exit_code"))
+        output = d.get("output")
+        head = (output if isinstance(output, str) else
+                read_capped(blobs / output["blob"], 1024).text if is_blob_ref(output) else
+                _short_value(output))
+        flags = [flag for flag, on in (("timed out", d.get("timed_out") is True),
+                                       ("cut", d.get("output_truncated") is True)) if on]
+        details = d.get("details")
+        if isinstance(details, dict) and isinstance(details.get("outcome"), str):
+            event.diagnostic_outcome = details["outcome"]
+            event.violations = _violations(details)
+            flags.insert(0, f"{details['outcome']}, {len(event.violations)} new violation(s)")
+        event.summary = (f"[{'; '.join(flags)}] " if flags else "") + one_line(head, 200)
+    elif kind == "model_response":
+        calls = d.get("tool_calls")
+        names = [str(c.get("name")) for c in calls if isinstance(c, dict)] \
+            if isinstance(calls, list) else []
+        raw_usage = d.get("usage")
+        usage = raw_usage if isinstance(raw_usage, dict) else {}
+        text = d.get("text")
+        parts = [f"-> {', '.join(names)}" if names else "no tool call",
+                 f"{usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)} tokens"]
+        if reasoning_blocks(d):
+            parts.append("reasoning")
+        said = f": {_short_value(text, 120)}" if isinstance(text, str) and text.strip() else ""
+        event.summary = "; ".join(parts) + said
+    elif kind == "model_request":
+        event.summary = (f"turn {d.get('turn')}, {d.get('message_count')} messages, input "
+                         f"<= {d.get('input_tokens_bound')}, max out {d.get('max_output_tokens')}")
+    elif kind == "model_attempt":
+        event.summary = ("ok" if d.get("ok") is True else f"FAILED: {_short_value(d.get('error'))}"
+                         ) + f" in {d.get('duration_s')} s"
+    elif kind in ("budget", "budget_overrun", "budget_start", "budget_exhausted"):
+        event.summary = _short_value({k: v for k, v in d.items() if k != "budget"}, 200)
+    elif kind == SNAPSHOT_KIND:
+        files = d.get("files_changed")
+        event.summary = (f"snapshot {_short_value(d.get('index', '?'))} after "
+                         f"{_short_value(d.get('trigger', d.get('reason', '?')))}, "
+                         f"{len(files) if isinstance(files, list) else '?'} file(s) changed")
+    elif kind == "sandbox_start":
+        event.summary = (f"container {d.get('container')}, image "
+                         f"{str(d.get('image_id', ''))[:19]}, GPUs {d.get('gpu_ids')}")
+    elif kind == "session_start":
+        event.summary = (f"{d.get('study')}/{d.get('session')} attempt {d.get('attempt')}: task "
+                         f"{d.get('task')}, arm {d.get('arm')}, tools {d.get('tools')}")
+    elif kind in ("agent_end", "session_end"):
+        event.summary = ", ".join(f"{k} {_short_value(d.get(k))}"
+                                  for k in ("status", "outcome", "turns", "tool_calls", "summary")
+                                  if k in d)
+    elif kind == "diff":
+        files = d.get("files_changed")
+        event.summary = (f"{d.get('bytes')} bytes, {len(files) if isinstance(files, list) else '?'}"
+                         f" file(s) changed, sha256 {str(d.get('sha256', ''))[:16]}")
+    else:
+        event.summary = _short_value(d, 200)
+    event.diagnostic = event.tool in diagnostics
+
+
+def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
+    """The reasoning a provider returned with a turn (Anthropic thinking blocks), raw."""
+    blocks = data.get("provider_content")
+    if not isinstance(blocks, list):
+        return []
+    found: list[Any] = []
+    for block in blocks[:1000]:
+        if not isinstance(block, dict):
+            continue
+        kind = str(block.get("type", ""))
+        if kind == "redacted_thinking":
+            found.append("[the provider returned this reasoning block redacted]")
+        elif "thinking" in kind or "reasoning" in kind:
+            found.append(block.get("thinking", block.get("text", block.get("summary", ""))))
+    return found
+
+
+def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
+    path = folder / RECORD_NAME
+    if not path.is_file():
+        return None, f"no {RECORD_NAME} beside the transcript"
+    try:
+        record = read_record(folder)
+    except (ValueError, OSError) as exc:  # ValidationError and JSON errors are ValueErrors
+        return None, f"{RECORD_NAME} cannot be read: {one_line(str(exc), 200)}"
+    return record.model_dump(mode="json"), None
+
+
+def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | None:
+    grades = (record or {}).get("grades") or []
+    if not grades:
+        return None
+    summary = GradeSummary.model_validate(grades[-1])
+    grade = FinalGrade(verdict=summary.verdict, shown=summary.shown(), folder=summary.folder)
+    rel = Path(summary.folder)
+    if rel.is_absolute() or ".." in rel.parts:
+        grade.problem = f"grade folder {summary.folder!r} is outside the attempt"
+        return grade
+    path = folder / rel / "out" / "grade.json"
+    capped = read_capped(path, GRADE_JSON_MAX_BYTES)
+    if capped.problem or not capped.whole:
+        grade.problem = capped.problem or f"{path.name} is over {GRADE_JSON_MAX_BYTES} bytes"
+        return grade
+    try:
+        raw = json.loads(capped.text)
+        for item in raw.get("contracts") or []:
+            grade.contracts.append(ContractOutcome(
+                id=str(item.get("id", "?")), outcome=str(item.get("outcome", "?")),
+                kind=str(item.get("kind") or ""), reason=str(item.get("reason") or "")))
+    except (ValueError, AttributeError, TypeError) as exc:
+        grade.problem = f"{path.name} is not a grade report: {type(exc).__name__}"
+    return grade
+
+
+def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
+    path = folder / SNAPSHOT_GRADES_NAME
+    if not path.is_file():
+        return {}
+    capped = read_capped(path, GRADE_JSON_MAX_BYTES)
+    try:
+        raw = json.loads(capped.text) if capped.whole else {}
+        return {str(s["index"]): SnapshotGrade.model_validate(s) for s in raw["snapshots"]}
+    except (ValueError, AttributeError, TypeError, KeyError):
+        return {}
+
+
+def _verification(target: Path, complete_lines: int) -> Verification:
+    verdict = verify_attempt(target)
+    result = Verification(ok=verdict.ok, events=verdict.events, error=verdict.error,
+                          notes=verdict.notes)
+    if not verdict.ok:
+        if verdict.events < complete_lines:
+            result.break_line = verdict.events + 1
+        else:
+            result.at_end = True
+    return result
+
+
+def load(target: Path) -> Replay:
+    """Verify ``target`` (an attempt folder or its transcript), then read every line."""
+    transcript = target / TRANSCRIPT_NAME if target.is_dir() else target
+    folder = transcript.parent
+    if not transcript.is_file():
+        raise HarnessError(f"no transcript at {transcript}",
+                           "pass an attempt folder (runs/<study>/<session>/attempt-N)")
+    verification = _verification(target, _complete_lines(transcript))
+    record, record_problem = _read_record(folder)
+    diagnostics = diagnostic_tools()
+
+    events: list[ReplayEvent] = []
+    start: datetime | None = None
+    progress = Progress()
+    caps: dict[str, float | int | None] = {}
+    deadline: float | None = None
+    read = 0
+    for lineno, raw, done, size in _lines(transcript):
+        broken = not verification.ok and (
+            verification.break_line is not None and lineno >= verification.break_line)
+        status: Status = "unverified" if broken else "verified"
+        read += size
+        if read > MAX_READ_BYTES:
+            events.append(ReplayEvent(line=lineno, status="damaged", problem=(
+                f"not read: replay parses the first {MAX_READ_BYTES} bytes of a transcript")))
+            continue
+        if raw is None:
+            events.append(ReplayEvent(line=lineno, status="damaged",
+                                      problem=f"line of {size} bytes, over the "
+                                              f"{MAX_LINE_BYTES}-byte cap: not read"))
+            continue
+        if not done:
+            events.append(ReplayEvent(line=lineno, status="damaged", problem=(
+                f"partial last line ({size} bytes, no newline): a kill mid-write, or a cut")))
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            events.append(ReplayEvent(line=lineno, status="damaged",
+                                      problem="not valid JSON: " + one_line(
+                                          raw[:200].decode("utf-8", "replace"), 120)))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("data"), dict):
+            events.append(ReplayEvent(line=lineno, status="damaged",
+                                      problem="not an event object"))
+            continue
+        event = ReplayEvent(line=lineno, status=status, seq=_int(obj.get("seq")),
+                            ts=obj.get("ts") if isinstance(obj.get("ts"), str) else None,
+                            kind=str(obj.get("kind", "?")), data=obj["data"])
+        when = _parse_ts(event.ts)
+        if when is not None:
+            start = start or when
+            event.offset_s = round((when - start).total_seconds(), 3)
+        if event.kind == "budget":
+            updates = {k: v for k, v in event.data.items()
+                       if k in Progress.model_fields and type(v) is int
+                       and _number(v) is not None}
+            progress = progress.model_copy(update=updates)
+        elif event.kind == "budget_start":
+            budget = event.data.get("budget")
+            if isinstance(budget, dict):
+                caps = {k: _number(v) for k, v in budget.items()}
+            limit = _number(event.data.get("deadline_s"))
+            deadline = None if limit is None else float(limit)
+        event.progress = progress
+        _derive(event, diagnostics, folder / BLOB_DIR_NAME)
+        events.append(event)
+
+    grades = _snapshot_grades(folder)
+    snapshots = []
+    for event in events:
+        if event.kind != SNAPSHOT_KIND or event.status == "damaged":
+            continue
+        sid = str(event.data.get("index", f"seq-{event.seq}"))
+        files = event.data.get("files_changed")
+        rel = event.data.get("diff")
+        patch = None
+        if isinstance(rel, str) and SNAPSHOT_DIFF.match(rel):
+            capped = read_capped(folder / rel, SNAPSHOT_DIFF_MAX_BYTES, rel)
+            patch = capped.problem or capped.text
+        snapshots.append(Snapshot(
+            seq=event.seq, line=event.line, offset_s=event.offset_s, id=sid,
+            trigger=str(event.data.get("trigger", event.data.get("reason", ""))),
+            files_changed=[str(f) for f in files] if isinstance(files, list) else [],
+            sha256=str(event.data["sha256"]) if "sha256" in event.data else None,
+            diff=patch, grade=grades.get(sid)))
+    final = None
+    try:
+        final = _final_grade(folder, record)
+    except ValueError:  # a grade summary that is not one: the record problem says enough
+        final = None
+    return Replay(attempt_dir=folder, transcript=transcript, verification=verification,
+                  record=record, record_problem=record_problem, events=events, caps=caps,
+                  deadline_s=deadline, snapshots=snapshots, grade=final)
+
+
+# -- filtering ------------------------------------------------------------------------------------
+
+
+class Filters(BaseModel):
+    kinds: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    grep: str | None = None
+
+    def active(self) -> bool:
+        return bool(self.kinds or self.tools or self.grep)
+
+
+def searchable(replay: Replay, event: ReplayEvent) -> str:
+    """The text a search looks in: kind, tool, problem, and every string of the data (blobs
+    read, each up to SEARCH_TEXT_BYTES)."""
+    parts = [event.kind, event.tool or "", event.problem or ""]
+
+    def walk(value: Any, depth: int) -> None:
+        if depth > 64:
+            return
+        if isinstance(value, str):
+            parts.append(value[:SEARCH_TEXT_BYTES])
+        elif is_blob_ref(value):
+            parts.append(replay.text(value, SEARCH_TEXT_BYTES).text)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                parts.append(str(key))
+                walk(item, depth + 1)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, depth + 1)
+        elif value is not None:
+            parts.append(str(value))
+
+    walk(event.data, 0)
+    return "\n".join(parts)
+
+
+def select(replay: Replay, filters: Filters) -> list[ReplayEvent]:
+    """The events that pass every filter; a damaged line always does (never hidden)."""
+    needle = filters.grep.casefold() if filters.grep else None
+    chosen = []
+    for event in replay.events:
+        if event.status == "damaged":
+            chosen.append(event)
+            continue
+        if filters.kinds and event.kind not in filters.kinds:
+            continue
+        if filters.tools and event.tool not in filters.tools:
+            continue
+        if needle is not None and needle not in searchable(replay, event).casefold():
+            continue
+        chosen.append(event)
+    return chosen
+
+
+# -- digests the viewer checks --------------------------------------------------------------------
+
+
+def manifest_digests(folder: Path) -> dict[str, str]:
+    """The manifest's file digests (empty when there is none or it is not one)."""
+    capped = read_capped(folder / MANIFEST_NAME, GRADE_JSON_MAX_BYTES)
+    try:
+        files = json.loads(capped.text).get("files") if capped.whole else None
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+
+
+def digest_note(path: Path, rel: str, manifest: dict[str, str]) -> str:
+    """Whether a file outside the chain still matches the manifest."""
+    actual = file_sha256(path)
+    if actual is None:
+        return "missing"
+    listed = manifest.get(rel)
+    if listed is None:
+        return "not in the manifest"
+    return "matches the manifest" if listed == actual else "DIFFERS from the manifest"
+
+
+def diff_note(replay: Replay, path: Path) -> str:
+    """Whether submission.diff matches the digest the chain's ``diff`` event recorded."""
+    recorded = [e.data.get("sha256") for e in replay.events
+                if e.kind == "diff" and e.status != "damaged"]
+    actual = file_sha256(path)
+    if actual is None:
+        return "missing"
+    if not recorded:
+        return "no diff event in the transcript to check it against"
+    if actual == recorded[-1]:
+        return "matches the digest in the transcript" + (
+            "" if replay.verification.ok else " (an unverified transcript)")
+    return "DIFFERS from the digest in the transcript"
+
+
+# -- the terminal timeline ------------------------------------------------------------------------
+
+
+def _cell(text: str, style: str = "") -> Text:
+    # A Text, never a str: rich would read "[bold]" in a str cell as markup.
+    return Text(inert_block(text), style=style)
+
+
+def _snapshot_grade_line(snapshot: Snapshot) -> str:
+    if snapshot.grade is None:
+        return "not graded"
+    counts: dict[str, int] = {}
+    for outcome in snapshot.grade.contracts.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return f"{snapshot.grade.verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+
+
+def _cap(replay: Replay, key: str) -> str:
+    cap = replay.caps.get(key)
+    return "" if cap is None else f"/{cap}"
+
+
+_COLUMNS = (("line", "right"), ("seq", "right"), ("+s", "right"), ("kind", "left"),
+            ("tool", "left"), ("detail", "left"), ("exit", "right"), ("tokens", "right"),
+            ("calls", "right"), ("runs", "right"), ("chain", "left"))
+
+
+def _banner_row(text: str) -> Text:
+    # Printed between two tables of the same widths, so that no column cuts it.
+    return _cell(text, "bold red")
+
+
+def print_timeline(replay: Replay, events: list[ReplayEvent], console: Console, *,
+                   filters: Filters | None = None) -> None:
+    """The header (verification first), one row per event, and the grades."""
+    ok = replay.verification.ok
+    console.print(_cell(replay.verification.line(), "bold green" if ok else "bold red"))
+    record = replay.record or {}
+    facts = [f"attempt {replay.attempt_dir}"]
+    if record:
+        facts.append(f"{record.get('study')}/{record.get('session_id')} attempt "
+                     f"{record.get('attempt')}: task {record.get('task')}, arm "
+                     f"{record.get('arm')}, model {record.get('model')}, status "
+                     f"{record.get('status')}, outcome {record.get('outcome')}")
+    elif replay.record_problem:
+        facts.append(replay.record_problem)
+    for fact in facts:
+        console.print(_cell(one_line(fact, 400)))
+
+    rows: list[list[Text] | Text] = []
+    snapshots = {s.line: s for s in replay.snapshots}
+    broken_at = replay.verification.break_line
+    marked = False
+    for event in events:
+        if broken_at is not None and not marked and event.line >= broken_at:
+            marked = True
+            rows.append(_banner_row(
+                f"---- the chain breaks at line {broken_at}: {replay.verification.error} ----"))
+        if event.status == "damaged":
+            rows.append([_cell(str(event.line)), _cell(""), _cell(""), _cell("DAMAGED", "red"),
+                         _cell(""), _cell(one_line(event.problem or "", 200), "red"),
+                         *(_cell("") for _ in range(4)), _cell("DAMAGED", "bold red")])
+            continue
+        detail = one_line(event.summary, 200)
+        if event.line in snapshots:
+            detail += f" -> grade: {_snapshot_grade_line(snapshots[event.line])}"
+        style = "red" if event.status == "unverified" else (
+            "magenta" if event.diagnostic else "")
+        p = event.progress
+        rows.append([
+            _cell(str(event.line)), _cell("" if event.seq is None else str(event.seq)),
+            _cell("" if event.offset_s is None else f"{event.offset_s:.1f}"),
+            _cell(one_line(event.kind, 30), style), _cell(one_line(event.tool or "", 24), style),
+            _cell(detail, style), _cell("" if event.exit_code is None else str(event.exit_code)),
+            _cell(f"{p.tokens_total}{_cap(replay, 'tokens_total')}"),
+            _cell(f"{p.tool_calls}{_cap(replay, 'tool_calls')}"),
+            _cell(f"{p.candidate_runs}{_cap(replay, 'candidate_runs')}"),
+            _cell("ok" if event.status == "verified" else "UNVERIFIED",
+                  "green" if event.status == "verified" else "bold red")])
+    if replay.verification.at_end:
+        rows.append(_banner_row(f"---- the transcript's end does not match the record: "
+                                f"{replay.verification.error} ----"))
+    # Every column but the detail as wide as its widest cell; the detail takes what is left
+    # and is cut (one row per event; the HTML viewer has everything whole).
+    cells = [r for r in rows if isinstance(r, list)]
+    widths = [max([len(name)] + [r[i].cell_len for r in cells if name != "detail"])
+              for i, (name, _justify) in enumerate(_COLUMNS)]
+    detail_column = _COLUMNS.index(("detail", "left"))
+    rest = sum(w for i, w in enumerate(widths) if i != detail_column) + 2 * (len(_COLUMNS) - 1)
+    widths[detail_column] = max(30, console.width - rest)
+
+    def new_table(header: bool) -> Table:
+        table = Table(show_header=header, pad_edge=False, box=None, header_style="bold")
+        for (name, justify), width in zip(_COLUMNS, widths, strict=True):
+            table.add_column(name, justify=justify, no_wrap=True,  # type: ignore[arg-type]
+                             overflow="ellipsis", width=width)
+        return table
+
+    table = new_table(header=True)
+    for row in rows:
+        if isinstance(row, Text):
+            console.print(table)
+            console.print(row)
+            table = new_table(header=False)
+        else:
+            table.add_row(*row)
+    console.print(table)
+
+    shown = f"{len(events)} of {len(replay.events)} lines shown"
+    if filters is not None and filters.active():
+        shown += (f" (filters: kind {filters.kinds or 'any'}, tool {filters.tools or 'any'}, "
+                  f"grep {filters.grep!r}; damaged lines are always shown)")
+    console.print(_cell(shown))
+    for snapshot in replay.snapshots:
+        console.print(_cell(one_line(
+            f"snapshot {snapshot.id} (line {snapshot.line}, +{snapshot.offset_s} s, after "
+            f"{snapshot.trigger}): {len(snapshot.files_changed)} file(s); grade: "
+            f"{_snapshot_grade_line(snapshot)}", 300)))
+    if replay.grade is not None:
+        counts: dict[str, int] = {}
+        for contract in replay.grade.contracts:
+            counts[contract.outcome] = counts.get(contract.outcome, 0) + 1
+        console.print(_cell(one_line(
+            f"final grade ({replay.grade.folder}): {replay.grade.shown}; contracts "
+            + (", ".join(f"{k} {v}" for k, v in counts.items()) or "-")
+            + (f"; {replay.grade.problem}" if replay.grade.problem else ""), 400)))
+    else:
+        console.print(_cell("final grade: not graded"))

@@ -1,0 +1,5 @@
+"""``python -m harness.cli``: the same command line as ``harness``."""
+
+from harness.cli.main import app
+
+app()

@@ -1,0 +1,514 @@
+"""``harness oracle-strength``: how many realistic mistakes in the reference do the checks catch?
+
+Gold validation shows each check fails the faults its authors wrote. Mutation analysis asks
+about the mistakes nobody wrote down: mutants of the reference's own lines
+(``harness.oracle.mutation``) are graded by the real hidden checks in the grader image, on every CPU
+configuration the checks run, all in one grader container (``grading.mutants``). The score
+is detected / (mutants not marked equivalent). A surviving mutant is either a blind spot of
+the oracle, or equivalent to the reference (no observable difference): a human decides, in
+``reports/oracle-strength/<task>.equivalent.yaml`` with the reason, and the report lists every
+survivor with its change so they can.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from grading.hashing import grader_source_sha256, tree_sha256
+from grading.models import PUBLIC_CONTRACT_ID
+from grading.mutant_report import (
+    DETECTED,
+    MUTANTS_SCHEMA_VERSION,
+    PASSING_REFERENCE,
+    PROGRESS_NAME,
+    REFERENCE_NAME,
+    RESULTS_NAME,
+    MutantResult,
+    MutantSpec,
+    MutantsReport,
+    read_partial,
+)
+from grading.yamlfile import YamlFileError, load_model
+from harness.clock import utc_timestamp
+from harness.errors import HarnessError
+from harness.infra import images
+from harness.infra.workspace import snapshot_baseline
+from harness.oracle.grade import GraderFailed
+from harness.oracle.mutant_pool import MutantInputs, grade_in_pool, grade_reference
+from harness.oracle.mutation import OPERATORS, Mutant, generate_mutants
+from harness.records.attempt import new_numbered_dir
+
+REPORT_SCHEMA_VERSION = 1
+GOAL = 0.9
+# Grader containers side by side (docs/oracle-strength.md: measured on this 2-core machine).
+DEFAULT_WORKERS = 2
+# The reference's grade, one process per hidden check, in full.
+REFERENCE_TIMEOUT_S = 3600.0
+
+
+class Equivalents(RootModel[dict[str, str]]):
+    """``<task>.equivalent.yaml``: mutant id -> why it cannot be told from the reference."""
+
+
+class MutantEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mutant: Mutant
+    result: MutantResult
+    equivalent: str | None = None  # the reason, when a human marked it equivalent
+
+
+class OperatorRow(BaseModel):
+    operator: str
+    family: str
+    mutants: int
+    detected: int
+    survived: int
+    equivalent: int
+
+
+class OracleStrengthReport(BaseModel):
+    """``reports/oracle-strength/<task>.json``."""
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    task: str
+    generated_at: str
+    seed: int
+    limit: int | None
+    grader_source_sha256: str
+    hidden_tree_sha256: str
+    reference_verdict: str
+    hidden_test_timeout_s: float
+    duration_s: float
+    # The unmutated reference's grade, one process per hidden check (part of duration_s
+    # unless reference_reused: an earlier run graded the same inputs).
+    reference_duration_s: float = 0.0
+    reference_reused: bool = False
+    # Grader containers that graded the reference's checks side by side (its wall time is the
+    # slowest one's).
+    reference_parts: int = 1
+    # Grader containers that graded the mutants side by side, and whether the mutants'
+    # candidate processes were forked from a warm interpreter (grading.warm_start).
+    workers: int = 1
+    warm_start: bool = False
+    coverage_recorded: bool = False
+    # Coverage filed per check (the reference graded one process per hidden check), so each
+    # mutant ran only the checks that execute it; False in runs made before that existed.
+    coverage_per_check: bool = False
+    mutants_total: int
+    # Mutants the run set out to grade; more than mutants_total when it was stopped early.
+    mutants_generated: int = 0
+    detected: int
+    survived: int
+    equivalent: int
+    score: float | None
+    goal: float = GOAL
+    by_operator: list[OperatorRow]
+    # Contract id -> how many mutants it was the first to kill.
+    kills_by_contract: dict[str, int]
+    entries: list[MutantEntry] = Field(default_factory=list)
+
+
+def load_equivalents(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    try:
+        marked = load_model(path, Equivalents, what="equivalent-mutants file")
+    except YamlFileError as exc:
+        raise HarnessError(str(exc), "each entry is `<mutant id>: <why it is equivalent>`"
+                           ) from None
+    assert isinstance(marked, Equivalents)
+    short = [k for k, why in marked.root.items() if len(why.strip()) < 10]
+    if short:
+        raise HarnessError(f"{path}: mutant(s) {short} are marked equivalent without a reason",
+                           "give each one sentence saying why no check can tell it apart")
+    return marked.root
+
+
+def _redact(text: str, canary: str) -> str:
+    return text.replace(canary, "[canary]") if canary else text
+
+
+def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
+                 equivalents: dict[str, str], *, seed: int, limit: int | None,
+                 canary: str = "") -> OracleStrengthReport:
+    """Join mutants with their results and the human equivalence marks; compute the score."""
+    results = {r.id: r for r in graded.mutants}
+    entries: list[MutantEntry] = []
+    for mutant in mutants:
+        result = results.get(mutant.id)
+        if result is None:
+            continue  # the run stopped before it (reported as fewer mutants)
+        shown = mutant.model_copy(update={"change": _redact(mutant.change, canary),
+                                          "original": _redact(mutant.original, canary),
+                                          "mutated": _redact(mutant.mutated, canary)})
+        if result.excerpt:
+            result = result.model_copy(update={"excerpt": _redact(result.excerpt, canary)})
+        reason = equivalents.get(mutant.id) if result.status == "survived" else None
+        entries.append(MutantEntry(mutant=shown, result=result, equivalent=reason))
+    rows = []
+    for op in OPERATORS:
+        mine = [e for e in entries if e.mutant.operator == op]
+        if mine:
+            rows.append(OperatorRow(
+                operator=op, family=OPERATORS[op][0], mutants=len(mine),
+                detected=sum(e.result.status in DETECTED for e in mine),
+                survived=sum(e.result.status == "survived" and e.equivalent is None
+                             for e in mine),
+                equivalent=sum(e.equivalent is not None for e in mine)))
+    detected = sum(r.detected for r in rows)
+    equivalent = sum(r.equivalent for r in rows)
+    scored = len(entries) - equivalent
+    kills = Counter(e.result.killed_by for e in entries if e.result.killed_by)
+    return OracleStrengthReport(
+        task=task, generated_at=utc_timestamp(), seed=seed, limit=limit,
+        grader_source_sha256=graded.grader_source_sha256,
+        hidden_tree_sha256=graded.hidden_tree_sha256,
+        reference_verdict=graded.reference_verdict,
+        hidden_test_timeout_s=graded.hidden_test_timeout_s, duration_s=graded.duration_s,
+        reference_duration_s=graded.reference_duration_s,
+        reference_reused=graded.reference_reused, reference_parts=graded.reference_parts,
+        workers=graded.workers,
+        warm_start=graded.warm_start,
+        coverage_per_check=graded.coverage_recorded and bool(graded.reference_durations_s),
+        coverage_recorded=graded.coverage_recorded,
+        mutants_total=len(entries), mutants_generated=len(mutants), detected=detected,
+        survived=sum(r.survived for r in rows), equivalent=equivalent,
+        score=round(detected / scored, 4) if scored else None,
+        by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
+
+
+def _started(report: OracleStrengthReport) -> str:
+    warm = sum(e.result.processes_warm for e in report.entries)
+    fresh = sum(e.result.processes_fresh for e in report.entries)
+    judges = sum(e.result.judges_warm for e in report.entries)
+    return (f"{warm} of the hidden checks' candidate processes warm and {fresh} fresh (the "
+            "public test command, a shell, always starts fresh and is not counted), and "
+            f"{judges} judges (the hidden checks' pytest) forked from the worker's judge daemon")
+
+
+def _containers(n: int) -> str:
+    return "one grader container" if n == 1 else f"{n} grader containers"
+
+
+def render_markdown(report: OracleStrengthReport) -> str:
+    score = "n/a" if report.score is None else f"{report.score:.1%}"
+    met = report.score is not None and report.score >= report.goal
+    mutant_minutes = max(0.0, report.duration_s - (
+        0.0 if report.reference_reused else report.reference_duration_s)) / 60
+    rate = (f"{report.mutants_total / mutant_minutes:.1f} mutants per minute"
+            if mutant_minutes > 0 else "none graded")
+    lines = [
+        f"# Oracle strength: {report.task}", "",
+        f"Score: **{score}** (detected {report.detected} of {report.mutants_total} mutants, "
+        f"{report.equivalent} marked equivalent; goal {report.goal:.0%}: "
+        f"{'met' if met else 'NOT met'}).", "",
+        f"Generated {report.generated_at} with seed {report.seed}"
+        + (f", limit {report.limit}" if report.limit else "") +
+        f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
+        f"`{report.hidden_tree_sha256[:16]}`; {report.duration_s / 60:.1f} min, the mutants "
+        f"in {_containers(report.workers)} side by side"
+        + (", their candidate processes forked from a warm interpreter (`grading.warm_start`)"
+           if report.warm_start else "")
+        + f" (per-test limit {report.hidden_test_timeout_s:g} s). The reference graded "
+        f"`{report.reference_verdict}`"
+        f"{', one process per hidden check,' if report.coverage_per_check else ''}"
+        + (f" in {_containers(report.reference_parts)} side by side,"
+           if report.reference_parts > 1 else "")
+        + f" in {report.reference_duration_s / 60:.1f} min"
+        + (" (an earlier run's grade of the same grading code, image, hidden tree and "
+           "reference, not graded again)" if report.reference_reused else "")
+        + f"; the mutants took {mutant_minutes:.1f} min ({rate})."
+        + (f" Their grades started {_started(report)}." if report.warm_start else ""), "",
+        "Detected = killed by a failing contract, timed out, or crashed at import.", "",
+    ]
+    if report.mutants_generated > report.mutants_total:
+        lines += [
+            f"**Stopped early:** {report.mutants_total} of {report.mutants_generated} mutants "
+            "graded. Mutants are handed out in the seeded round-robin order over operators, so "
+            f"these are the even sample `--limit {report.mutants_total} --seed {report.seed}` "
+            "grades" + ("." if report.workers == 1 else
+                        f", but for at most {report.workers - 1} that were still being graded "
+                        "while later ones had finished."), ""]
+    lines += [
+        "| operator | family | mutants | detected | survived | equivalent |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {r.operator} | {r.family} | {r.mutants} | {r.detected} | {r.survived} | "
+              f"{r.equivalent} |" for r in report.by_operator]
+    lines += ["", "## First killing contract", "", "| contract | mutants |", "| --- | --- |"]
+    lines += [f"| `{c}` | {n} |" for c, n in report.kills_by_contract.items()]
+    statuses = Counter(e.result.status for e in report.entries)
+    unreached = sum(not e.result.covered for e in report.entries)
+    lines += ["", "Statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+              + (f" ({unreached} survivor(s) on statements no check executes)"
+                 if unreached else "")
+              + ("" if report.coverage_recorded else
+                 "; line coverage was not recorded, so every mutant was graded")]
+    kills = [e.result for e in report.entries if e.result.status in DETECTED]
+    # Runs made before kills were checked: a killer that was the only contract run (or the
+    # public tests, always a process of their own) was first in its process all the same.
+    checked = Counter(r.confirmed or ("first" if r.killed_by == PUBLIC_CONTRACT_ID
+                                      or r.contracts_run == 1 else None) for r in kills)
+    lines += ["", f"Kills checked in a setup the reference passed: {checked['first']} by the "
+              f"first check of their pytest process, {checked['alone']} graded again with the "
+              f"killing check alone."]
+    if checked[None]:
+        scored = report.mutants_total - report.equivalent
+        floor = (report.detected - checked[None]) / scored if scored else 0.0
+        lines[-1] += (f" **{checked[None]} not checked**: a run made before kills were "
+                      "checked, whose killer ran after other checks in the same pytest process; "
+                      f"if every one of them were state left by those checks, the score would "
+                      f"be {floor:.1%}.")
+    survivors = [e for e in report.entries if e.result.status == "survived"]
+    if survivors:
+        lines += ["", "## Surviving mutants", ""]
+        for e in survivors:
+            mark = (f"equivalent: {e.equivalent}" if e.equivalent
+                    else "**not marked: a blind spot, or mark it equivalent with the reason**")
+            every_ran = e.result.confirmed in ("every_contract", "full_grade")
+            if not e.result.covered:
+                mark += " (no check executes this statement" + (
+                    "; graded with every contract all the same)" if every_ran
+                    else ": not graded)")
+            elif every_ran:
+                mark += " (every contract ran on it: it survived them all)"
+            elif e.result.confirmed == "alone" and e.result.killed_by is None:
+                # _confirm since 2026-12-02: the kill did not hold alone, the rest then ran.
+                mark += (f" ({e.result.reason}; the contracts its grade had not reached then "
+                         "ran on it)")
+            elif report.coverage_per_check:
+                mark += (f" (ran the {e.result.contracts_run} contract(s) that execute this "
+                         f"statement; {e.result.contracts_not_covering} never do; not graded "
+                         "again with the others)")
+            lines += [f"### `{e.mutant.id}` ({e.mutant.operator}, {e.mutant.path}:"
+                      f"{e.mutant.line})", "", mark, "", "```diff", e.mutant.change.rstrip(),
+                      "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cache_key(inputs: MutantInputs, image: str) -> str:
+    """What the reference's grade depends on: grading code, grader image, hidden tree, baseline,
+    reference diff and packet. Any change grades it again."""
+    parts = {"schema": MUTANTS_SCHEMA_VERSION, "grader": inputs.grader_sha256, "image": image,
+             "hidden": inputs.hidden_sha256, "baseline": tree_sha256(inputs.baseline),
+             "reference": hashlib.sha256(inputs.reference_diff.read_bytes()).hexdigest(),
+             "packet": hashlib.sha256(inputs.packet_yaml.read_bytes()).hexdigest()}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def reference_header(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
+               parts: int, log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
+    """The reference's header: from the cache when an earlier run graded these very inputs
+    (and ``reuse``), else graded now and cached. True when it was reused."""
+    key = _cache_key(inputs, images.image_id(images.docker_client(), "grader"))
+    cached = cache_dir / f"{key[:32]}.json"
+    if reuse and cached.is_file():
+        try:
+            header = inputs.bound(cached.read_bytes(), f"cached {REFERENCE_NAME}")
+        except GraderFailed:
+            header = None  # a damaged or foreign cache entry is graded again, never trusted
+        if header is not None and header.reference_verdict in PASSING_REFERENCE:
+            log(f"reference: graded {header.reference_verdict} by an earlier run of the same "
+                f"grading code, image, hidden tree and reference ({cached}); not graded again")
+            return header, True
+    header = grade_reference(inputs, out_dir, timeout_s=REFERENCE_TIMEOUT_S, parts=parts,
+                             log=log)
+    log(f"reference: {header.reference_verdict} in {header.reference_duration_s:.0f} s; "
+        f"per-test limit for mutants {header.hidden_test_timeout_s:.0f} s")
+    if header.reference_verdict in PASSING_REFERENCE:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(header.model_dump_json())
+        tmp.replace(cached)
+    return header, False
+
+
+def _full_grade_s(header: MutantsReport) -> float:
+    """What one grade of every contract cost the reference: its wall time, or, graded in parts
+    side by side, the parts' contracts together (the slowest part alone is a fraction)."""
+    return max(header.reference_duration_s, sum(header.reference_durations_s.values()))
+
+
+def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
+                   cache_dir: Path, *, workers: int, reuse_reference: bool,
+                   per_mutant_s: float, log: Callable[[str], None]) -> MutantsReport:
+    """The reference's header, then every mutant graded in the worker pool. Results are kept
+    as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped halfway can
+    be rescored."""
+    t0 = time.monotonic()
+    # The reference's checks are shared among as many containers as will grade the mutants.
+    header, reused = reference_header(inputs, cache_dir, out_dir, reuse=reuse_reference,
+                                parts=workers, log=log)
+    header.reference_reused, header.workers = reused, workers
+    header.warm_start = inputs.warm_start
+    out = out_dir / "out"
+    out.mkdir()
+    (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
+    if header.reference_verdict not in PASSING_REFERENCE:
+        return header
+    progress = out / PROGRESS_NAME
+    results: dict[str, MutantResult] = {}
+
+    def on_result(result: MutantResult) -> None:
+        results[result.id] = result
+        with progress.open("a") as fh:
+            fh.write(result.model_dump_json() + "\n")
+        log(f"mutant {len(results)}/{len(mutants)} {result.id}: {result.status}"
+            + (f" by {result.killed_by}" if result.killed_by else "")
+            + f" ({result.duration_s:.0f} s)")
+
+    try:
+        grade_in_pool(inputs, out / REFERENCE_NAME, [m.id for m in mutants], out_dir,
+                      workers=workers, on_result=on_result, log=log,
+                      per_mutant_s=max(per_mutant_s, 3 * _full_grade_s(header)))
+    except BaseException:
+        log(f"partial results kept: `harness oracle-strength --task {header.task_id} "
+            f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far")
+        raise
+    header.mutants = [results[m.id] for m in mutants]
+    header.duration_s = round(time.monotonic() - t0, 2)
+    (out / RESULTS_NAME).write_text(header.results_json())
+    return header
+
+
+def mutant_spec(mutant: Mutant) -> MutantSpec:
+    """What the grader needs to know of a mutant: its id and the lines it changes."""
+    return MutantSpec(id=mutant.id, path=mutant.path, first_line=mutant.first_line,
+                      last_line=mutant.last_line)
+
+
+def write_mutants(folder: Path, mutants: list[Mutant]) -> None:
+    """``folder`` as ``grading.mutants --mutants`` reads it: ``index.json`` (the specs, in
+    grading order) and ``<id>.diff``."""
+    folder.mkdir()
+    (folder / "index.json").write_text(json.dumps([mutant_spec(m).model_dump()
+                                                   for m in mutants]))
+    for m in mutants:
+        (folder / f"{m.id}.diff").write_text(m.diff)
+
+
+def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
+                    report_dir: Path, *, limit: int | None = None, seed: int = 0,
+                    operators: set[str] | None = None, ids: set[str] | None = None,
+                    workers: int = DEFAULT_WORKERS, reuse_reference: bool = True,
+                    warm_start: bool = True, per_mutant_s: float = 600.0,
+                    log: Callable[[str], None] = print) -> OracleStrengthReport:
+    """Generate, grade and score the task's mutants; write the report under ``report_dir``
+    and the run's mutants, logs and raw results in a new ``runs_root/run-N``. The reference's
+    grade is kept in ``runs_root/reference-cache`` for later runs of the same inputs."""
+    reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
+    equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
+    with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
+        baseline = Path(tmp) / "baseline"
+        snapshot_baseline(packet_dir / "repo", baseline)
+        try:
+            mutants = generate_mutants(baseline, reference, limit=limit, seed=seed,
+                                       operators=operators, ids=ids)
+        except ValueError as exc:
+            raise HarnessError(str(exc), "pass known operator names and mutant ids (see the "
+                               "task's report)") from None
+        if not mutants:
+            raise HarnessError(f"no mutant of {task}'s reference could be generated",
+                               "the reference changes no Python line")
+        folder = Path(tmp) / "mutants"
+        write_mutants(folder, mutants)
+        reference_diff = Path(tmp) / "reference.diff"
+        reference_diff.write_bytes(reference)
+        # What the results must be bound to: the grading code and hidden tree sent, as they
+        # were when the run started (a checkout edited meanwhile does not void the run).
+        inputs = MutantInputs(baseline=baseline, packet_yaml=packet_dir / "packet.yaml",
+                              hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
+                              grader_sha256=grader_source_sha256(),
+                              hidden_sha256=tree_sha256(hidden_dir), warm_start=warm_start)
+        out_dir = new_numbered_dir(runs_root, "run")
+        log(f"{len(mutants)} mutants of {task}'s reference "
+            f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
+        (out_dir / "mutants.json").write_text(json.dumps(
+            [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
+        # Before grading: a stopped run is rescored from these, and bound to what was sent.
+        (out_dir / RUN_SETTINGS).write_text(json.dumps(
+            {"seed": seed, "limit": limit, "selected": bool(operators or ids),
+             "grader_source_sha256": inputs.grader_sha256,
+             "hidden_tree_sha256": inputs.hidden_sha256, "workers": workers,
+             "warm_start": warm_start}))
+        graded = _grade_mutants(inputs, mutants, out_dir, runs_root / "reference-cache",
+                                workers=workers, reuse_reference=reuse_reference,
+                                per_mutant_s=per_mutant_s, log=log)
+    return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir, seed=seed,
+                         limit=limit, whole=not (operators or ids), log=log)
+
+
+RUN_SETTINGS = "run.json"
+
+
+def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
+            log: Callable[[str], None] = print) -> OracleStrengthReport:
+    """The report of an earlier run again, with today's equivalence marks; nothing is graded.
+
+    The workflow for survivors: run, read the report, mark the equivalent ones with their
+    reasons, rescore.
+    """
+    out = run_dir / "out"
+    try:
+        mutants = [Mutant.model_validate(m)
+                   for m in json.loads((run_dir / "mutants.json").read_text())]
+        settings = (json.loads((run_dir / RUN_SETTINGS).read_text())
+                    if (run_dir / RUN_SETTINGS).is_file() else {})
+        stopped = not (out / RESULTS_NAME).is_file()
+        if stopped:
+            progress = out / PROGRESS_NAME
+            graded = read_partial((out / REFERENCE_NAME).read_bytes(),
+                                  progress.read_text() if progress.is_file() else "")
+        else:
+            graded = MutantsReport.model_validate_json((out / RESULTS_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{run_dir} holds no oracle-strength results ({exc})",
+                           "pass a runs/oracle-strength/<task>/run-N folder whose run graded "
+                           "at least the reference") from None
+    # Bound again to what the run sent (run.json, written before grading): a run stopped
+    # halfway was never checked, and a finished one may have been refused after writing.
+    for key in ("grader_source_sha256", "hidden_tree_sha256"):
+        if key in settings or stopped:
+            if settings.get(key) != getattr(graded, key):
+                raise HarnessError(f"{run_dir}: the run's {key} is not the one it sent",
+                                   "re-run the analysis")
+    if graded.task_id != task:
+        raise HarnessError(f"{run_dir} is a run of {graded.task_id}, not {task}",
+                           "pass the task the run was made for")
+    equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
+    return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir,
+                         seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
+                         whole=not settings.get("selected", False) and not stopped, log=log)
+
+
+def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: MutantsReport,
+                  equivalents: dict[str, str], report_dir: Path, *, seed: int,
+                  limit: int | None, whole: bool,
+                  log: Callable[[str], None]) -> OracleStrengthReport:
+    if graded.reference_verdict not in ("complete", "complete_on_cpu"):
+        raise HarnessError(f"the hidden checks fail {task}'s unmutated reference "
+                           f"({', '.join(graded.reference_failing) or graded.reference_verdict})",
+                           f"run harness validate --task {task} and fix the oracle first")
+    canary_file = hidden_dir / "CANARY"
+    canary = canary_file.read_text().strip() if canary_file.is_file() else ""
+    report = score_report(task, mutants, graded, equivalents, seed=seed, limit=limit,
+                          canary=canary)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / f"{task}.json").write_text(report.model_dump_json(indent=1) + "\n")
+    (report_dir / f"{task}.md").write_text(render_markdown(report))
+    stale = sorted(set(equivalents) - {e.mutant.id for e in report.entries
+                                        if e.equivalent is not None})
+    if stale and limit is None and whole:
+        log(f"note: marked equivalent but not surviving (killed now, or no longer generated): "
+            f"{', '.join(stale)}")
+    return report

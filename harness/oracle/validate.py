@@ -1,0 +1,206 @@
+"""Gold validation of a task's grading: the oracle must be right in both directions.
+
+The grading path runs, for real, in fresh grader containers on:
+- the hidden reference: every contract passes;
+- the untouched baseline: the feature contracts (``validation.yaml: baseline_fails``) fail and
+  every other contract passes;
+- each calibration fault (``faults/<id>/``: ``fault.patch`` on top of the reference and a
+  ``fault.yaml`` naming the contracts it ``breaks``): exactly those contracts fail;
+- each oracle regression (``regressions/<id>/``, the same two files): a realistic fault that an
+  adversarial review found the checks passing, kept so the checks written against it keep
+  failing it. They are graded like calibration faults but are not calibration faults: Track 1
+  (TrainCheck's calibration) uses ``faults/`` only.
+A mismatch in any direction fails validation. Contracts that could not run here (``not_run``,
+e.g. CUDA on a CPU machine) are listed, never counted as agreeing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import docker
+
+from harness.errors import HarnessError
+from harness.infra import images
+from harness.infra.workspace import apply_patch, compute_diff, snapshot_baseline
+from harness.oracle.grade import GraderInputs, grade_diff
+from harness.records.attempt import new_numbered_dir
+from harness.records.tasks import (
+    FAILING,
+    FaultSpec,
+    ValidationReport,
+    ValidationSpec,
+    VariantResult,
+    load_yaml,
+)
+
+
+def _matches(contract: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(contract, p) for p in patterns)
+
+
+def _fault_diff(baseline: Path, reference: bytes, fault: bytes, work: Path) -> bytes:
+    """The diff baseline -> reference + fault, as an agent's diff would look."""
+    with_reference = work / "reference"
+    apply_patch(baseline, reference, with_reference)
+    faulty = work / "faulty"
+    apply_patch(with_reference, fault, faulty)
+    patch, _ = compute_diff(baseline, faulty, max_diff_bytes=32 * 1024**2)
+    return patch
+
+
+def compare(variant: str, outcomes: Mapping[str, str],
+            expected_failing: list[str]) -> list[str]:
+    """Every way the outcomes disagree with the expectation, one line each."""
+    problems = []
+    for contract, outcome in sorted(outcomes.items()):
+        if outcome == "not_run":
+            continue
+        should_fail = _matches(contract, expected_failing)
+        if should_fail and outcome not in FAILING:
+            problems.append(f"{variant}: {contract} should fail but was {outcome}")
+        if not should_fail and outcome != "pass":
+            problems.append(f"{variant}: {contract} should pass but was {outcome}")
+    for pattern in expected_failing:
+        if not any(fnmatch.fnmatchcase(c, pattern) for c in outcomes):
+            problems.append(f"{variant}: no contract matches {pattern!r}")
+    return problems
+
+
+def fault_folders(hidden_dir: Path) -> list[tuple[str, Path]]:
+    """(kind, folder) of every fault gold validation grades: the calibration faults
+    (``faults/``, kind ``fault``), then the oracle regressions (``regressions/``, kind
+    ``regression``), each sorted by folder name."""
+    return [(kind, path.parent) for kind, folder in (("fault", "faults"),
+                                                      ("regression", "regressions"))
+            for path in sorted(hidden_dir.glob(f"{folder}/*/fault.yaml"))]
+
+
+def validate_task(
+    task: str,
+    packet_dir: Path,
+    hidden_dir: Path,
+    out_root: Path,
+    *,
+    client: docker.DockerClient | None = None,
+    log: Callable[[str], None] = print,
+    only: list[str] | None = None,
+    previous: ValidationReport | None = None,
+) -> ValidationReport:
+    """Grade the reference, the baseline and every fault. With ``only``, grade just those
+    variants and keep the others' results from ``previous`` (e.g. after adding one fault)."""
+    spec = load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
+    assert isinstance(spec, ValidationSpec)
+    reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
+    faults = fault_folders(hidden_dir)
+    client = client or images.docker_client()
+    out_dir = new_numbered_dir(out_root / task, "validation")
+    variants: list[VariantResult] = []
+    with tempfile.TemporaryDirectory(prefix="harness-validate-") as tmp:
+        work = Path(tmp)
+        baseline = work / "baseline"
+        snapshot_baseline(packet_dir / "repo", baseline)
+        plans: list[tuple[str, bytes, list[str]]] = [
+            ("reference", reference, []),
+            ("baseline", b"", spec.baseline_fails),
+        ]
+        for kind, fault_dir in faults:
+            fault = load_yaml(fault_dir / "fault.yaml", FaultSpec)
+            assert isinstance(fault, FaultSpec)
+            fault_work = work / f"{kind}-{fault.id}"
+            fault_work.mkdir()
+            patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
+                                fault_work)
+            plans.append((f"{kind}:{fault.id}", patch, fault.breaks))
+        defined = {name for name, _, _ in plans}
+        if only is not None:
+            unknown = set(only) - defined
+            if unknown:
+                raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
+                                   "use reference, baseline, fault:<id> or regression:<id>")
+            plans = [plan for plan in plans if plan[0] in only]
+        for variant, patch, expected in plans:
+            diff_path = work / f"{variant.replace(':', '-')}.diff"
+            diff_path.write_bytes(patch)
+            grade_dir = out_dir / variant.replace(":", "-")
+            grade_dir.mkdir()
+            log(f"grading {variant}")
+            report = grade_diff(GraderInputs(baseline=baseline,
+                                             packet_yaml=packet_dir / "packet.yaml",
+                                             hidden=hidden_dir, diff=diff_path),
+                                grade_dir, client=client)
+            outcomes: dict[str, str] = {c.id: c.outcome for c in report.contracts}
+            mismatches = compare(variant, outcomes, expected)
+            if variant == "reference":
+                # A declared CPU configuration no contract exercises is an oracle gap: the
+                # reference could never be shown complete on it.
+                mismatches += [f"reference: declared configuration {name} is exercised by no "
+                               "contract" for name, r in report.configurations.items()
+                               if r.reason == "no contract exercises it"]
+            variants.append(VariantResult(
+                variant=variant, verdict=report.verdict, outcomes=outcomes,
+                expected_failing=expected, mismatches=mismatches,
+                configurations={k: r.outcome for k, r in report.configurations.items()},
+                grade_folder=str(grade_dir),
+                evidence={c.id: contract_evidence(c.evidence) for c in report.contracts},
+            ))
+    if only is not None and previous is not None:
+        graded = {v.variant for v in variants}
+        order = [v.variant for v in previous.variants] + [v.variant for v in variants]
+        # A variant the hidden folder no longer defines (a fault removed) is dropped, not kept.
+        merged = {v.variant: v for v in previous.variants
+                  if v.variant not in graded and v.variant in defined}
+        merged.update({v.variant: v for v in variants})
+        variants = [merged[name] for name in dict.fromkeys(order) if name in merged]
+    contracts = sorted({c for v in variants for c in v.outcomes})
+    not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
+    result = ValidationReport(task=task, ok=not any(v.mismatches for v in variants),
+                              contracts=contracts, variants=variants, not_run=not_run)
+    (out_dir / "validation.json").write_text(result.model_dump_json(indent=1))
+    (out_dir / "validation.md").write_text(render_markdown(result))
+    return result
+
+
+def contract_evidence(evidence: dict[str, object], limit: int = 160) -> dict[str, str]:
+    """A check's recorded properties, trimmed for a table (launcher run logs left out)."""
+    props = evidence.get("properties") or {}
+    assert isinstance(props, dict)
+    return {str(k): str(v)[:limit] for k, v in props.items() if not str(k).startswith("run:")}
+
+
+def render_markdown(report: ValidationReport) -> str:
+    """Contract x variant table; a cell is the outcome, marked when it disagrees."""
+    names = [v.variant for v in report.variants]
+    lines = [f"# Gold validation: {report.task}", "",
+             f"Result: {'PASS' if report.ok else 'FAIL'}", "",
+             "| contract | " + " | ".join(names) + " |",
+             "| --- |" + " --- |" * len(names)]
+    for contract in report.contracts:
+        cells = []
+        for v in report.variants:
+            outcome = v.outcomes.get(contract, "-")
+            wrong = any(contract in m for m in v.mismatches)
+            cells.append(f"**{outcome} (unexpected)**" if wrong else outcome)
+        lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
+    mismatches = [m for v in report.variants for m in v.mismatches]
+    if mismatches:
+        lines += ["", "Mismatches:", *[f"- {m}" for m in mismatches]]
+    if report.not_run:
+        lines += ["", "Not run here: " + ", ".join(f"`{c}`" for c in report.not_run)]
+    reference = next((v for v in report.variants if v.variant == "reference"), None)
+    if reference is not None and any(reference.evidence.values()):
+        lines += ["", "## The reference's evidence", "",
+                  "| contract | oracle | configurations | tolerance | measured |",
+                  "| --- | --- | --- | --- | --- |"]
+        declared = ("oracle", "configurations", "tolerance", "why")
+        for contract in report.contracts:
+            ev = reference.evidence.get(contract, {})
+            measured = "; ".join(f"{k}={v}" for k, v in ev.items() if k not in declared)
+            cells = [ev.get("oracle", ""), ev.get("configurations", ""),
+                     ev.get("tolerance", ""), measured[:300]]
+            cells = [c.replace("|", "/").replace("\n", " ") for c in cells]
+            lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,285 @@
+"""The runs folder: attempt folders, session records and manifests.
+
+``runs/<study>/<session>/attempt-N/`` is created with an exclusive ``mkdir``, so two
+harness processes can never write the same attempt, and nothing recorded is overwritten:
+a rerun gets the next N. The session record is the one file rewritten in place (atomically)
+as the session moves from ``running`` to its end; the transcript beside it is append-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from grading.hashing import file_sha256
+from grading.models import Verdict
+from harness import jsontext
+from harness.errors import HarnessError
+from harness.records import outcomes
+from harness.records.budget import Usage
+from harness.records.processes import StopReport
+
+RECORD_NAME = "session.json"
+MANIFEST_NAME = "manifest.json"
+TRANSCRIPT_NAME = "transcript.jsonl"
+# Auditors' records (harness/audit/evidence.py), added after the session with their own hash chain.
+AUDIT_DIR = "audit"
+
+
+class DiffSummary(BaseModel):
+    sha256: str
+    bytes: int
+    files_changed: list[str] = Field(default_factory=list)
+
+
+GRADER_ERROR: Literal["grader_error"] = "grader_error"
+# The grader's verdict, or ``grader_error`` when no trustworthy grade came back.
+RecordedVerdict = Verdict | Literal["grader_error"]
+
+
+class GradeSummary(BaseModel):
+    verdict: RecordedVerdict
+    folder: str
+    counts: dict[str, int] = Field(default_factory=dict)
+    # Declared configurations the grader could not run, with why (never counted as passed).
+    configurations_not_run: dict[str, str] = Field(default_factory=dict)
+    # Every declared configuration's outcome (pass, fail, not_run).
+    configurations: dict[str, str] = Field(default_factory=dict)
+    # Why a grader_error is one.
+    reason: str | None = None
+
+    def shown(self) -> str:
+        """The verdict as a reader must see it: what was not determined, in so many words."""
+        if self.verdict == "complete_on_cpu":
+            cuda = ", ".join(self.configurations_not_run) or "CUDA"
+            return f"complete_on_cpu (not determined for CUDA: {cuda} not run)"
+        if self.configurations_not_run:
+            return f"{self.verdict} (not run: {', '.join(self.configurations_not_run)})"
+        return self.verdict
+
+
+class TranscriptHead(BaseModel):
+    """Where the transcript ended when the session closed it: the chain cannot say that."""
+
+    events: int
+    head: str  # the last event's hash
+
+
+class LaunchInfo(BaseModel):
+    """How a matrix launched this attempt; absent for a session started by hand."""
+
+    executor: Literal["local", "slurm"]
+    run_id: str  # the `harness matrix run` that launched it
+    # The matrix run's start (local) or the job's submission (Slurm), UTC.
+    queued_at: str
+    # From ``queued_at`` to the container's start: kept apart from every budget.
+    queue_seconds: float | None = None
+    job_id: str | None = None  # Slurm
+    job_started_at: str | None = None  # when the job's worker started (Slurm), UTC
+    cpus: float = 0.0  # what the session was promised
+    gpus: int = 0
+
+
+# session.json's format; absent (1) in records written before it was versioned.
+SESSION_SCHEMA_VERSION = 2
+# Only outcomes harness/records/outcomes.py classifies, so a matrix knows what each one means.
+SessionOutcome = Annotated[str, AfterValidator(outcomes.require_known)]
+
+
+class SessionRecord(BaseModel):
+    """``session.json``: one attempt of one session, rewritten as the session progresses."""
+
+    schema_version: int = 1
+    study: str
+    session_id: str
+    attempt: int
+    task: str
+    pair: int
+    arm: Literal["control", "treatment"]
+    seed: int
+    model: str
+    in_frozen_study: bool = True
+    # The study lock the session ran under (harness/study/freeze.py); None: not frozen.
+    study_revision: int | None = None
+    lock_sha256: str | None = None
+    launch: LaunchInfo | None = None
+    packet_dir: str
+    hidden_dir: str
+    image: str
+    image_id: str
+    container: str | None = None
+    gpu_ids: list[str] = Field(default_factory=list)
+    status: Literal["running", "finished", "interrupted"] = "running"
+    outcome: SessionOutcome | None = None
+    error: str | None = None
+    harness_pid: int
+    host: str
+    started_at: str
+    ended_at: str | None = None
+    usage: Usage | None = None
+    # The agent's processes frozen and killed before the final copy-out: which, and how.
+    processes_stopped: StopReport | None = None
+    diff: DiffSummary | None = None
+    grades: list[GradeSummary] = Field(default_factory=list)
+    transcript: TranscriptHead | None = None  # set when the session ends
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(attempt_dir: Path, record: SessionRecord) -> None:
+    # Not model_dump_json: a file name that is not UTF-8 (a lone surrogate) must not fail it.
+    data = record.model_dump(mode="json")
+    # Assignments are not validated: check here what every reader will check (an unclassified
+    # outcome), so a record that could not be read back is never written.
+    SessionRecord.model_validate(data)
+    text = jsontext.dumps(data, indent=2)
+    atomic_write(attempt_dir / RECORD_NAME, text.encode())
+
+
+def _parse_record(path: Path) -> SessionRecord:
+    # json.loads, not model_validate_json, which refuses the escapes write_record may write.
+    return SessionRecord.model_validate(json.loads(path.read_text()))
+
+
+def read_record(attempt_dir: Path) -> SessionRecord:
+    path = attempt_dir / RECORD_NAME
+    if not path.is_file():
+        raise HarnessError(f"{attempt_dir} holds no session record", "pass an attempt folder")
+    return _parse_record(path)
+
+
+def new_numbered_dir(parent: Path, prefix: str) -> Path:
+    """Create the next ``<prefix>-N`` folder exclusively (mkdir fails if it exists)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        try:
+            (parent / f"{prefix}-{n}").mkdir()
+            return parent / f"{prefix}-{n}"
+        except FileExistsError:
+            n += 1
+
+
+def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
+    folder = new_numbered_dir(session_root, "attempt")
+    return folder, int(folder.name.rsplit("-", 1)[1])
+
+
+def resolve_attempt(ref: str, runs_root: Path) -> Path:
+    """An attempt folder from a path, or ``STUDY/SESSION`` (the latest attempt)."""
+    candidates = [Path(ref), runs_root / ref]
+    for path in candidates:
+        if (path / RECORD_NAME).is_file():
+            return path
+        attempts = sorted(path.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1]))
+        if attempts:
+            return attempts[-1]
+    raise HarnessError(
+        f"no session found at {ref!r}",
+        "pass an attempt folder (runs/<study>/<session>/attempt-N) or <study>/<session>",
+    )
+
+
+def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` but the manifest (symlinks by their target) and
+    the auditors' ``audit/`` folder."""
+    files: dict[str, str] = {}
+    # os.walk does not follow symlinked folders; the agent's tree may hold links to anywhere.
+    for dirpath, dirnames, filenames in os.walk(folder):
+        if Path(dirpath) == folder and AUDIT_DIR in dirnames:
+            # Never listed: a grading that rewrites the manifest after an audit began would
+            # otherwise freeze the audit file that every later judgement appends to.
+            dirnames.remove(AUDIT_DIR)
+        for entry in sorted(filenames + [d for d in dirnames if Path(dirpath, d).is_symlink()]):
+            path = Path(dirpath, entry)
+            rel = path.relative_to(folder).as_posix()
+            if rel == name:
+                continue
+            if path.is_symlink():
+                target = os.readlink(path).encode()
+                files[rel] = "symlink:" + hashlib.sha256(target).hexdigest()
+            elif path.is_file():
+                files[rel] = file_sha256(path)
+    return dict(sorted(files.items()))
+
+
+def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]:
+    """SHA-256 of every file under ``folder`` (symlinks by their target text).
+
+    In an attempt folder it also repeats the session record's transcript head, a second
+    place that must agree for ``harness verify``.
+    """
+    files = manifest_files(folder, name=name)
+    manifest: dict[str, Any] = {"files": files, "count": len(files)}
+    if (folder / RECORD_NAME).is_file():
+        head = _parse_record(folder / RECORD_NAME).transcript
+        if head is not None:
+            manifest["transcript"] = head.model_dump()
+    atomic_write(folder / name, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def manifest_problem(folder: Path) -> str | None:
+    """Why ``folder``'s files no longer match its manifest, or None when they all do.
+
+    Files under ``grades/`` that the manifest does not list are allowed: a grading killed
+    before it rewrote the manifest leaves its own (partial) numbered folder, nothing else.
+    ``audit/`` (evidence chains and judgements, made after the session) is never compared:
+    ``manifest_files`` leaves it out, and it is verified by its own hash chain instead.
+    """
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        return f"{folder} has no {MANIFEST_NAME}"
+    try:
+        listed: dict[str, str] = json.loads(path.read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{path} is not a manifest"
+    now = manifest_files(folder)
+    for rel, digest in listed.items():
+        if rel not in now:
+            return f"{rel} is listed in the manifest but missing"
+        if now[rel] != digest:
+            return f"{rel} changed since the manifest was written"
+    extra = [rel for rel in now if rel not in listed and not rel.startswith("grades/")]
+    if extra:
+        return f"{extra[0]} is not in the manifest"
+    return None
+
+
+def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
+    """Every session record under a runs folder (all studies)."""
+    return _records(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}"))
+
+
+def study_records(study_root: Path) -> list[tuple[Path, SessionRecord]]:
+    """Every session record of one study (``runs/<study>``), attempts in number order."""
+    paths = study_root.glob(f"*/attempt-*/{RECORD_NAME}")
+    return sorted(_records(paths), key=lambda item: (item[1].session_id, item[1].attempt))
+
+
+def _records(paths: Iterable[Path]) -> list[tuple[Path, SessionRecord]]:
+    found = []
+    for path in sorted(paths):
+        try:
+            found.append((path.parent, _parse_record(path)))
+        except ValueError:
+            continue  # a half-written record cannot exist (atomic writes); skip foreign files
+    return found
