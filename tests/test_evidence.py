@@ -52,7 +52,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
     record = read_record(attempt)
     assert record.status == "finished" and record.outcome == "submitted", record.error
 
-    result = harness("audit", str(attempt), "--propose")
+    result = harness("audit", "propose", str(attempt))
     assert result.returncode == 0, result.stdout + result.stderr
     print(result.stdout)  # the table an auditor reads (shown with -s)
     proposal, _ = evidence.read_proposal(attempt)
@@ -85,7 +85,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
     assert second.next_run is not None and second.next_run.tool == "submit"
     assert first.id in result.stdout and "not graded" in result.stdout
 
-    judged = harness("audit", str(attempt), "--judge", first.id, "--category", "helped",
+    judged = harness("audit", "judge", str(attempt), "--chain", first.id, "--category", "helped",
                      "--auditor", "ann", "--note", "the revert followed the report")
     assert judged.returncode == 0, judged.stderr
     [entry] = evidence.read_judgements(attempt)
@@ -94,7 +94,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
         "note": "the revert followed the report",
         "transcript_sha256": proposal.transcript_sha256,
         "chains_sha256": file_sha256(attempt / chains.CHAINS_NAME)}
-    shown = harness("audit", str(attempt), "--show")
+    shown = harness("audit", "show", str(attempt))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if first.id in line)
     for cell in ("helped", "ann", "the revert followed the report", "this one", "current"):
@@ -108,6 +108,6 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
     at = data.index(revert_text.encode())
     data[at] ^= 0x20  # one byte: the case of the agent's first letter
     transcript.write_bytes(bytes(data))
-    one_error_line(harness("audit", str(attempt), "--judge", first.id, "--category", "helped",
+    one_error_line(harness("audit", "judge", str(attempt), "--chain", first.id, "--category", "helped",
                            "--auditor", "ann"), "does not verify")
     assert judgements.read_bytes() == kept

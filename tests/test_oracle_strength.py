@@ -107,7 +107,6 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert "not graded again" in (reports / "tiny-regression.md").read_text()
 
 
-
 def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) -> None:
     """A stopped analysis leaves no container behind (it once left its grader running) and
     keeps what it graded: the reference, and any mutant done, which --rescore reports."""

@@ -280,7 +280,7 @@ def _data_block(page: str) -> dict[str, object]:
 
 def test_the_html_escapes_everything_it_shows(attempt: Path, tmp_path: Path) -> None:
     out = tmp_path / "page.html"
-    result = _cli(str(attempt), "--html", str(out))
+    result = _cli("html", str(attempt), "--out", str(out))
     assert result.returncode == 0, result.stderr
     page = out.read_text()
     assert SCRIPT_TAG not in page and HOSTILE_TOOL not in page and "<img" not in page
@@ -309,7 +309,7 @@ def test_the_viewer_in_headless_chromium(attempt: Path, tmp_path: Path) -> None:
     assert len(expected) >= 3
     study_file = attempt.parents[3] / "study.yaml"
     index_dir = tmp_path / "index"
-    result = _cli("--study", str(study_file), "--html-index", str(index_dir))
+    result = _cli("index", "--study", str(study_file), "--out", str(index_dir))
     assert result.returncode == 0, result.stdout + result.stderr
 
     problems: list[str] = []
@@ -418,7 +418,7 @@ def test_reexecution_lists_a_planted_divergence(tmp_path: Path) -> None:
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"})
     noisy = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                         log=lambda _m: None)
-    result = _cli(str(noisy), "--reexecute")
+    result = _cli("reexecute", str(noisy))
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
     assert "echo stable: same" in out
@@ -431,7 +431,7 @@ def test_a_broken_transcript_is_not_reexecuted(attempt: Path, tmp_path: Path) ->
     copy = _copy(attempt, tmp_path)
     path = copy / TRANSCRIPT_NAME
     path.write_bytes(path.read_bytes().replace(b'"exit_code":0', b'"exit_code":1', 1))
-    result = _cli(str(copy), "--reexecute")
+    result = _cli("reexecute", str(copy))
     assert result.returncode == 2
     assert "only a verified transcript can be re-executed" in result.stderr
     assert not list(tmp_path.glob("reexecute-*"))

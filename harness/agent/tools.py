@@ -87,7 +87,6 @@ def spec_of(handler: Callable[..., Any], name: str) -> ToolSpec:
 _PATH = Annotated[str, "path relative to /workspace"]
 
 
-
 class ToolResult(BaseModel):
     """What a tool call did; ``output`` is what the model sees."""
 

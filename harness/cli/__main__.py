@@ -1,5 +1,5 @@
 """``python -m harness.cli``: the same command line as ``harness``."""
 
-from harness.cli.main import app
+from harness.cli.main import main
 
-app()
+main()

@@ -204,3 +204,19 @@ def render_markdown(report: ValidationReport) -> str:
             cells = [c.replace("|", "/").replace("\n", " ") for c in cells]
             lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def previous_report(report_dir: Path, task: str) -> ValidationReport:
+    """The committed summary a partial validation (``--variant``) keeps the rest of."""
+    summary = report_dir / f"{task}.json"
+    if not summary.exists():
+        raise HarnessError(f"{summary} does not exist", "run a full validation first")
+    return ValidationReport.model_validate_json(summary.read_text())
+
+
+def write_report(report: ValidationReport, report_dir: Path) -> Path:
+    """``<task>.md`` and ``<task>.json`` in ``report_dir``; returns the markdown's path."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / f"{report.task}.md").write_text(render_markdown(report))
+    (report_dir / f"{report.task}.json").write_text(report.model_dump_json(indent=1))
+    return report_dir / f"{report.task}.md"

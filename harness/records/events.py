@@ -327,6 +327,7 @@ EVENT_DATA: dict[str, type[EventData]] = {
     "session_end": SessionEnd,
 }
 
+
 class TypedEvent(BaseModel):
     """An event with its data parsed into the model of its kind."""
 
@@ -361,7 +362,6 @@ def parse(event: Event) -> TypedEvent:
                            "see docs/records.md for the format of each event") from None
     return TypedEvent(seq=event.seq, ts=event.ts, kind=event.kind,
                       data=data, hash=event.hash)
-
 
 
 Seq = TypeVar("Seq")

@@ -24,6 +24,7 @@ from grading.yamlfile import YamlFileError, load_model
 from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 from harness.records.budget import Budget
+from harness.records.tasks import default_hidden_dir, default_packet_dir
 
 ArmName = Literal["control", "treatment"]
 # What a task's sessions may claim: evidence for the treatment-vs-control comparison (the
@@ -61,10 +62,10 @@ class TaskRef(BaseModel):
     comparison: Comparison = "treatment-vs-control"
 
     def packet_dir(self) -> Path:
-        return _resolve(self.packet or Path("task_packets") / self.id)
+        return _resolve(self.packet) if self.packet else default_packet_dir(self.id)
 
     def hidden_dir(self) -> Path:
-        return _resolve(self.hidden or Path("hidden") / self.id)
+        return _resolve(self.hidden) if self.hidden else default_hidden_dir(self.id)
 
     def reports_root(self) -> Path:
         return _resolve(self.reports or Path("reports") / "traincheck")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grading.models import Verdict
 from grading.yamlfile import M, YamlFileError, load_model
 from harness.errors import HarnessError
+from harness.paths import REPO_ROOT
 
 # Outcomes that judged a contract and found it wanting.
 FAILING = frozenset({"fail", "crash", "hang", "diff_rejected"})
@@ -56,3 +57,51 @@ def load_yaml(path: Path, model: type[M]) -> M:
         return load_model(path, model, what="hidden task file")
     except YamlFileError as exc:
         raise HarnessError(str(exc), "fix the hidden task's validation files") from None
+
+
+class TaskPaths(BaseModel):
+    """Where one task's folders are: its public packet, its hidden side, and its reports."""
+
+    task: str
+    packet: Path
+    hidden: Path
+    reports: Path = REPO_ROOT / "reports"
+
+    @property
+    def reference_patch(self) -> Path:
+        return self.hidden / "reference" / "solution.patch"
+
+    @property
+    def traincheck_reports(self) -> Path:
+        return self.reports / "traincheck" / self.task
+
+    @property
+    def validation_reports(self) -> Path:
+        return self.reports / "validation"
+
+    @property
+    def oracle_strength_reports(self) -> Path:
+        return self.reports / "oracle-strength"
+
+
+def default_packet_dir(task: str) -> Path:
+    return REPO_ROOT / "task_packets" / task
+
+
+def default_hidden_dir(task: str) -> Path:
+    return REPO_ROOT / "hidden" / task
+
+
+def task_paths(task: str, *, packet: Path | None = None, hidden: Path | None = None,
+               needs: tuple[str, ...] = ()) -> TaskPaths:
+    """A task's folders (the repository's by default); each of ``needs`` (a path under the
+    hidden folder, or ``packet.yaml``) must exist, or one error line names it."""
+    paths = TaskPaths(task=task, packet=packet or default_packet_dir(task),
+                      hidden=hidden or default_hidden_dir(task))
+    for needed in ("packet.yaml", *needs):
+        where = paths.packet / needed if needed == "packet.yaml" else paths.hidden / needed
+        if not where.is_file():
+            raise HarnessError(f"task {task!r}: {where} is missing",
+                               "pass --packet/--hidden, or use a task with "
+                               "task_packets/<task>/ and hidden/<task>/")
+    return paths

@@ -17,7 +17,7 @@ from harness.errors import HarnessError
 from harness.infra.workspace import apply_patch, snapshot_baseline
 from harness.paths import REPO_ROOT
 from harness.records.packets import TaskPacket, load_packet
-from harness.records.tasks import FaultSpec, load_yaml
+from harness.records.tasks import FaultSpec, default_hidden_dir, default_packet_dir, load_yaml
 
 REPORTS_ROOT = REPO_ROOT / "reports" / "traincheck"
 VALIDATION_ROOT = REPO_ROOT / "reports" / "validation"
@@ -53,8 +53,8 @@ def task_files(task: str, *, packet_dir: Path | None = None, hidden_dir: Path | 
                reports_root: Path = REPORTS_ROOT,
                validation_dir: Path = VALIDATION_ROOT) -> TaskFiles:
     """A task's files; the defaults are the repository's (tests point them elsewhere)."""
-    packet_dir = packet_dir or REPO_ROOT / "task_packets" / task
-    hidden = hidden_dir or REPO_ROOT / "hidden" / task
+    packet_dir = packet_dir or default_packet_dir(task)
+    hidden = hidden_dir or default_hidden_dir(task)
     if not (packet_dir / "packet.yaml").exists() or not hidden.is_dir():
         raise HarnessError(f"unknown task {task!r}",
                            "use a task with task_packets/<task>/ and hidden/<task>/")

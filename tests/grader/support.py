@@ -133,7 +133,6 @@ def assert_no_run_survives(report: dict[str, Any]) -> None:
             assert marked_pids(run_id) == [], f"{contract['id']} left processes behind"
 
 
-
 def grade_tiny(
     tmp_path: Path,
     diff: Path,

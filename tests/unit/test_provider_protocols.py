@@ -30,7 +30,6 @@ MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "d
 TOOLS = [t.api_dict() for t in COMMON_TOOLS]
 
 
-
 def test_openai_tool_call_round_trip(server: FakeModelServer) -> None:
     server.replies.append(tool_reply("openai", "bash", {"command": "ls"}, 100, 7))
     turn = provider("openai", temperature=0.2).next_turn(MESSAGES, TOOLS, 321)

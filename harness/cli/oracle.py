@@ -1,0 +1,117 @@
+"""Faces of the hidden checks: gold validation and mutation analysis."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.cli.common import (
+    DEFAULT_RUNS,
+    TaskOption,
+    clear_errors,
+    console,
+    err_console,
+    log,
+)
+from harness.paths import REPO_ROOT
+
+
+@clear_errors
+def oracle_strength_cmd(
+    task: TaskOption,
+    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(help="where <task>.json/.md go (and where "
+                                             "<task>.equivalent.yaml is read)")] =
+    REPO_ROOT / "reports" / "oracle-strength",
+    limit: Annotated[int | None, typer.Option(help="at most this many mutants, sampled "
+                                              "evenly across operators")] = None,
+    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
+    operator: Annotated[list[str] | None, typer.Option(help="only these operators")] = None,
+    mutant: Annotated[list[str] | None, typer.Option(
+        help="only these mutant ids (e.g. to re-check survivors)")] = None,
+    rescore: Annotated[Path | None, typer.Option(
+        help="rewrite the report of this earlier run (runs/oracle-strength/T/run-N) with the "
+        "current equivalence marks; grades nothing")] = None,
+    # harness.oracle.strength.DEFAULT_WORKERS (imported lazily, like every command's module)
+    workers: Annotated[int, typer.Option(
+        min=1, max=8, help="grader containers grading mutants side by side")] = 2,
+    fresh_reference: Annotated[bool, typer.Option(
+        help="grade the reference again even when an earlier run graded the same grading "
+        "code, image, hidden tree and reference")] = False,
+    cold_start: Annotated[bool, typer.Option(
+        help="start every candidate process of a mutant's grade as a fresh interpreter "
+        "(default: forked from a warm one that imported torch once; grading/warm_start.py)")]
+    = False,
+) -> None:
+    """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
+    from harness.oracle.strength import oracle_strength
+    from harness.oracle.strength import rescore as rescore_report
+    from harness.records.tasks import task_paths
+
+    paths = task_paths(task, packet=packet, hidden=hidden, needs=("reference/solution.patch",))
+    if rescore is not None:
+        report = rescore_report(task, paths.hidden, rescore, report_dir, log=log)
+    else:
+        report = oracle_strength(task, paths.packet, paths.hidden,
+                                 DEFAULT_RUNS / "oracle-strength" / task, report_dir,
+                                 limit=limit, seed=seed,
+                                 operators=set(operator) if operator else None,
+                                 ids=set(mutant) if mutant else None, workers=workers,
+                                 reuse_reference=not fresh_reference,
+                                 warm_start=not cold_start, log=log)
+    table = Table(title=f"oracle strength: {task}")
+    for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
+        table.add_column(column)
+    for row in report.by_operator:
+        table.add_row(row.operator, row.family, str(row.mutants), str(row.detected),
+                      str(row.survived), str(row.equivalent))
+    console.print(table)
+    score = "n/a" if report.score is None else f"{report.score:.1%}"
+    console.print(f"score {score} (goal {report.goal:.0%}); {report.survived} unmarked "
+                  f"survivor(s); report in {report_dir / (task + '.md')}")
+
+
+@clear_errors
+def validate(
+    task: TaskOption,
+    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(help="where the summary goes")] =
+    REPO_ROOT / "reports" / "validation",
+    variant: Annotated[list[str] | None, typer.Option(
+        help="grade only these variants (e.g. fault:<id>, regression:<id>), keep the others "
+        "from the summary")]
+    = None,
+) -> None:
+    """Gold validation: reference passes, baseline and every fault fail exactly as documented."""
+    from harness.oracle.validate import previous_report, validate_task, write_report
+    from harness.records.tasks import task_paths
+
+    paths = task_paths(task, packet=packet, hidden=hidden, needs=("validation.yaml",))
+    previous = previous_report(report_dir, task) if variant else None
+    result = validate_task(task, paths.packet, paths.hidden, DEFAULT_RUNS / "validation",
+                           log=log, only=variant, previous=previous)
+    table = Table(title=f"gold validation: {task}")
+    table.add_column("contract")
+    for graded in result.variants:
+        table.add_column(graded.variant)
+    for contract in result.contracts:
+        cells = []
+        for graded in result.variants:
+            outcome = graded.outcomes.get(contract, "-")
+            bad = any(contract in m for m in graded.mismatches)
+            cells.append(f"[red]{outcome}![/red]" if bad else outcome)
+        table.add_row(contract, *cells)
+    console.print(table)
+    summary = write_report(result, report_dir)
+    for graded in result.variants:
+        for mismatch in graded.mismatches:
+            err_console.print(mismatch, markup=False, highlight=False)
+    console.print(f"validation {'passed' if result.ok else 'FAILED'}; summary in {summary}")
+    if not result.ok:
+        sys.exit(1)

@@ -1,0 +1,147 @@
+"""Faces of one session: run it, grade it, clean up after a killed harness, the demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harness.cli.common import (
+    DEFAULT_RUNS,
+    AttemptArgument,
+    RunsOption,
+    StudyOption,
+    clear_errors,
+    console,
+    log,
+    study_path,
+)
+
+
+@clear_errors
+def session(
+    pair: Annotated[int, typer.Option(help="pair number (1..pairs in the study)")],
+    arm: Annotated[str, typer.Option(help="control or treatment")],
+    study: StudyOption = None,
+    model: Annotated[str | None, typer.Option(help="PROVIDER:NAME; outside the study")] = None,
+    grade: Annotated[bool, typer.Option(help="grade the diff when the session ends")] = True,
+    gpus: Annotated[int | None, typer.Option(
+        help="GPUs to allocate exclusively (default: what the study promises; another number "
+             "puts the session outside the frozen study)", show_default=False)] = None,
+) -> None:
+    """Run one agent session end to end: container, agent, transcript, diff, grade.
+
+    Without --study: the default study, $HARNESS_STUDY if set, else the pilot.
+
+    A frozen study that drifted from its lock is refused; a session on a study never frozen,
+    or with --model, is recorded as outside the frozen study.
+    """
+    from harness.study.session import SessionOptions, run_session
+
+    attempt = run_session(SessionOptions(study_path=study_path(study), pair=pair, arm=arm,
+                                         model=model, grade=grade, gpus=gpus), log=log)
+    print_sessions([attempt])
+
+
+@clear_errors
+def grade_cmd(
+    session_ref: AttemptArgument,
+    runs: RunsOption = DEFAULT_RUNS,
+    snapshots: Annotated[bool, typer.Option(
+        "--snapshots", help="grade every trajectory snapshot instead (blind, each in a fresh "
+        "grader container) into grades/snapshots.json")] = False,
+) -> None:
+    """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
+    from harness.infra.images import docker_client
+    from harness.oracle.grade import GRADER_ERROR, grade_attempt, grade_snapshots
+    from harness.records.attempt import resolve_attempt
+    from harness.study.freeze import check_attempt
+
+    attempt = resolve_attempt(session_ref, runs)
+    client = docker_client()
+    check_attempt(attempt, client)  # a study session: refused when its lock drifted
+    if snapshots:
+        graded = grade_snapshots(attempt, client=client, log=log)
+        table = Table(title=f"snapshots of {attempt}")
+        for column in ("snapshot", "trigger", "verdict", "failing contracts"):
+            table.add_column(column)
+        for snap in graded.snapshots:
+            failing = [c for c, o in snap.contracts.items() if o != "pass"]
+            # Contract ids can hold brackets (pytest parameters): plain text, not markup.
+            table.add_row(str(snap.index), snap.trigger, escape(snap.verdict),
+                          escape(", ".join(failing) or snap.reason or "-"))
+        console.print(table)
+        if any(s.verdict == GRADER_ERROR for s in graded.snapshots):
+            raise typer.Exit(1)
+        return
+    summary = grade_attempt(attempt, client=client, log=log)
+    print_sessions([attempt])
+    if summary.verdict == GRADER_ERROR:
+        raise typer.Exit(1)
+
+
+@clear_errors
+def cleanup(
+    runs: RunsOption = DEFAULT_RUNS,
+    all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]
+    = False,
+    study: Annotated[str | None, typer.Option(
+        help="only this study's containers and sessions (its name)")] = None,
+) -> None:
+    """Remove containers and volumes left by dead harness processes; mark their sessions."""
+    from harness.infra.images import docker_client
+    from harness.infra.sandbox import cleanup_orphans
+    from harness.study.matrix import record_alive
+    from harness.study.session import mark_interrupted
+
+    labels = {"org.harness.study": study} if study else None
+    report = cleanup_orphans(docker_client(), include_live=all_, labels=labels)
+    marked = mark_interrupted(runs, study_root=runs / study if study else None,
+                              alive=record_alive)
+    console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
+                  f"volume(s); marked {len(marked)} session(s) interrupted")
+    for name in report.containers:
+        console.print(f"  container {name}")
+    for path in marked:
+        console.print(f"  interrupted {path}")
+
+
+@clear_errors
+def demo(
+    study: Annotated[Path, typer.Option(metavar="FILE", help="study file")]
+    = Path("studies/demo.yaml"),
+) -> None:
+    """The main job: build images, run the demo study's first session, grade it, print a table."""
+    from harness.infra.images import build_images
+    from harness.study.session import SessionOptions, run_session
+
+    build_images(log=log)
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"), log=log)
+    print_sessions([attempt])
+
+
+def print_sessions(attempts: list[Path]) -> None:
+    from harness.records.attempt import read_record
+
+    table = Table(title="sessions")
+    for column in ("session", "attempt", "outcome", "files changed", "verdict", "contracts",
+                   "wall s", "tool calls", "image"):
+        table.add_column(column)
+    for attempt in attempts:
+        rec = read_record(attempt)
+        grade = rec.grades[-1] if rec.grades else None
+        table.add_row(
+            rec.session_id, str(rec.attempt), rec.outcome or "-",
+            str(len(rec.diff.files_changed)) if rec.diff else "-",
+            grade.shown() if grade else "not graded",
+            ", ".join(f"{k} {v}" for k, v in grade.counts.items() if v) if grade else "-",
+            f"{rec.usage.wall_seconds:.1f}" if rec.usage else "-",
+            str(rec.usage.tool_calls) if rec.usage else "-",
+            rec.image_id[7:19],
+        )
+    console.print(table)
+    for attempt in attempts:
+        console.print(f"artifacts: {attempt}")

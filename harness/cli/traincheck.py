@@ -1,0 +1,121 @@
+"""Faces of the diagnostic track: the frozen reference, transparency, capabilities,
+calibration."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.cli.common import (
+    TaskOption,
+    clear_errors,
+    console,
+    log,
+)
+
+app = typer.Typer(no_args_is_help=True,
+                  help="TrainCheck's diagnostic capability on a task: the frozen reference, "
+                  "transparency, capabilities.")
+
+
+ConfigOption = Annotated[list[str] | None, typer.Option(
+    "--config", metavar="CONFIG", help="CPU configuration (default: all)")]
+
+
+@app.command("reference")
+@clear_errors
+def traincheck_reference(task: TaskOption,
+                         config: ConfigOption = None) -> None:
+    """Learn and freeze the reference invariants (once per study build)."""
+    from harness.traincheck.reference import build_reference
+    from harness.traincheck.track import cpu_configs
+    from harness.traincheck.variants import task_files
+
+    manifest = build_reference(task_files(task), cpu_configs(config), log=log)
+    for name, entry in manifest.configs.items():
+        console.print(f"{name:<12} learned {entry.n_learned:>5}  dropped {entry.n_dropped:>4}  "
+                      f"kept {entry.n_kept:>5}  control violations "
+                      f"{len(entry.control_violations)}")
+
+
+@app.command("transparency")
+@clear_errors
+def traincheck_transparency(task: TaskOption,
+                            config: ConfigOption = None) -> None:
+    """Plain vs traced healthy runs: outputs, state, RNG, exceptions, checkpoint resume."""
+    from harness.traincheck.track import cpu_configs
+    from harness.traincheck.transparency import (
+        PAIR_NAMES,
+        report_digest,
+        run_transparency,
+        status_cell,
+    )
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    configs = cpu_configs(config)
+    command = "harness traincheck transparency --task " + task + "".join(
+        f" --config {c}" for c in config or [])
+    report = run_transparency(files, configs, command=command, log=log)
+    digest = report_digest(report)
+    table = Table(title=f"TrainCheck transparency: {task} (vs the plain run)")
+    table.add_column("run")
+    table.add_column("aspect")
+    for name in digest:
+        table.add_column(name)
+    keys = list(dict.fromkeys(key for rows in digest.values() for key in rows))
+    for run, aspect in keys:
+        cells = []
+        for rows in digest.values():
+            row = rows.get((run, aspect))
+            cells.append("-" if row is None else status_cell(row).replace("**", ""))
+        table.add_row(PAIR_NAMES.get(run, run), aspect, *cells)
+    console.print(table)
+    for name, cfg in report.configs.items():
+        c = cfg.costs
+        console.print(f"{name:<12} plain {c.plain_s} s, traced {c.traced_s} s "
+                      f"(x{c.traced_over_plain}); container {c.container_s} s")
+    deviations = report.deviations
+    console.print(f"{len(deviations)} deviation(s); report in "
+                  f"{files.reports / 'transparency.md'}")
+    if deviations:
+        sys.exit(1)
+
+
+@app.command("capabilities")
+@clear_errors
+def traincheck_capabilities(
+    task: TaskOption,
+    config: ConfigOption = None,
+    reuse_probe: Annotated[bool, typer.Option(
+        help="keep the committed probe results; only redo the contract mapping")] = False,
+) -> None:
+    """Capability matrix from probe traces, and each contract's TrainCheck support."""
+    from harness.traincheck.track import build_capabilities, cpu_configs
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    build_capabilities(files, cpu_configs(config), reuse_probe=reuse_probe, log=log)
+    log(f"wrote {files.reports / 'capabilities.md'} and .json")
+
+
+@clear_errors
+def calibrate(task: TaskOption,
+              config: ConfigOption = None,
+              rejudge: Annotated[bool, typer.Option(
+                  help="re-derive the verdicts of the committed calibration, run nothing")]
+              = False) -> None:
+    """Track 1: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
+    from harness.traincheck.track import cpu_configs, rejudge_calibration, run_calibration
+    from harness.traincheck.variants import task_files
+
+    files = task_files(task)
+    report = (rejudge_calibration(files) if rejudge
+              else run_calibration(files, cpu_configs(config), log=log))
+    log(f"wrote {files.reports / 'calibration.md'} and .json")
+    s = report.summary
+    console.print(f"faults detected {s.faults_detected}/{s.faults_confirmed}; false alarms "
+                  f"{s.false_alarms}/{s.controls}")
