@@ -12,8 +12,7 @@ import yaml
 from grading.hashing import file_sha256
 from harness.audit import evidence
 from harness.paths import REPO_ROOT
-from harness.records import chains
-from harness.records.attempt import TRANSCRIPT_NAME, manifest_problem, read_record
+from harness.records.attempt import TRANSCRIPT_NAME, AttemptPaths, manifest_problem, read_record
 from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 from tests.helpers import harness, one_error_line
@@ -93,7 +92,7 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
         "chain": first.id, "category": "helped", "auditor": "ann",
         "note": "the revert followed the report",
         "transcript_sha256": proposal.transcript_sha256,
-        "chains_sha256": file_sha256(attempt / chains.CHAINS_NAME)}
+        "chains_sha256": file_sha256(AttemptPaths(root=attempt).chains)}
     shown = harness("audit", "show", str(attempt))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if first.id in line)
@@ -101,13 +100,13 @@ def test_audit_proposes_the_diagnostic_chain_and_binds_judgements_to_the_transcr
         assert cell in row, row
     assert manifest_problem(attempt) is None  # the audit/ folder is not the session's
 
-    judgements = attempt / chains.JUDGEMENTS_NAME
+    judgements = AttemptPaths(root=attempt).judgements
     kept = judgements.read_bytes()
     transcript = attempt / TRANSCRIPT_NAME
     data = bytearray(transcript.read_bytes())
     at = data.index(revert_text.encode())
     data[at] ^= 0x20  # one byte: the case of the agent's first letter
     transcript.write_bytes(bytes(data))
-    one_error_line(harness("audit", "judge", str(attempt), "--chain", first.id, "--category", "helped",
-                           "--auditor", "ann"), "does not verify")
+    one_error_line(harness("audit", "judge", str(attempt), "--chain", first.id,
+                           "--category", "helped", "--auditor", "ann"), "does not verify")
     assert judgements.read_bytes() == kept

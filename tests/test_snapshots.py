@@ -12,8 +12,13 @@ import yaml
 
 from harness.paths import REPO_ROOT
 from harness.records import events
-from harness.records.attempt import MANIFEST_NAME, TRANSCRIPT_NAME, read_record
-from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrades
+from harness.records.attempt import (
+    MANIFEST_NAME,
+    SNAPSHOT_GRADES_NAME,
+    TRANSCRIPT_NAME,
+    read_record,
+)
+from harness.records.grades import SnapshotGrades
 from harness.records.transcript import read_events
 from harness.records.verify import verify_attempt
 from harness.study.session import SessionOptions, run_session

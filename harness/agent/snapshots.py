@@ -20,10 +20,10 @@ from typing import Literal
 from harness.errors import HarnessError
 from harness.infra.sandbox import WORKSPACE, Sandbox
 from harness.infra.workspace import compute_diff, extract_tree
+from harness.records.attempt import AttemptPaths
 from harness.records.budget import Ledger
 from harness.records.transcript import TranscriptWriter
 
-SNAPSHOT_DIR = "snapshots"
 # The tool calls before which the code is captured: what they are about to run or hand in.
 SNAPSHOT_TOOLS = frozenset({"run_candidate", "run_public_tests", "traincheck", "submit"})
 
@@ -35,7 +35,7 @@ SNAPSHOT_ALLOWANCE_S = 300.0
 
 
 def snapshot_name(index: int) -> str:
-    return f"{SNAPSHOT_DIR}/{index:04d}.diff"
+    return AttemptPaths.snapshot_diff_name(index)
 
 
 class Snapshots:

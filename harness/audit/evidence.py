@@ -31,17 +31,18 @@ from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.records import events
 from harness.records.attempt import (
+    CHAINS_NAME,
+    SNAPSHOT_GRADES_NAME,
     TRANSCRIPT_NAME,
+    AttemptPaths,
     SessionRecord,
     atomic_write,
     read_record,
 )
 from harness.records.chains import (
     CATEGORIES,
-    CHAINS_NAME,
     CHAINS_SCHEMA_VERSION,
     JUDGEMENT_KIND,
-    JUDGEMENTS_NAME,
     Chain,
     ChainProposal,
     Edit,
@@ -53,7 +54,7 @@ from harness.records.chains import (
     SnapshotState,
     Violation,
 )
-from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
+from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import (
     Event,
     TranscriptWriter,
@@ -310,7 +311,7 @@ def _verified(attempt: Path) -> SessionRecord:
 
 
 def transcript_sha256(attempt: Path) -> str:
-    path = attempt / TRANSCRIPT_NAME
+    path = AttemptPaths(root=attempt).transcript
     if not path.is_file():
         raise HarnessError(f"{attempt} holds no {TRANSCRIPT_NAME}",
                            "pass an attempt folder that a session wrote")
@@ -318,7 +319,7 @@ def transcript_sha256(attempt: Path) -> str:
 
 
 def _grades(attempt: Path) -> tuple[dict[int, SnapshotGrade] | None, str | None]:
-    path = attempt / SNAPSHOT_GRADES_NAME
+    path = AttemptPaths(root=attempt).snapshot_grades
     if not path.is_file():
         return None, None
     raw = path.read_bytes()
@@ -335,7 +336,7 @@ def _grades(attempt: Path) -> tuple[dict[int, SnapshotGrade] | None, str | None]
 def propose(attempt: Path) -> ChainProposal:
     """Verify the attempt, propose its chains and write them to ``audit/chains.json``."""
     record = _verified(attempt)
-    transcript = attempt / TRANSCRIPT_NAME
+    transcript = AttemptPaths(root=attempt).transcript
     # Hash first, then read: if the file changed in between, the verify at judge time says so.
     digest = transcript_sha256(attempt)
     written = read_events(transcript)
@@ -346,7 +347,7 @@ def propose(attempt: Path) -> ChainProposal:
         arm=record.arm, task=record.task, transcript_sha256=digest,
         transcript_events=len(written), snapshot_grades_sha256=grades_digest,
         chains=build_chains(transcript, typed, record.arm, grades))
-    path = attempt / CHAINS_NAME
+    path = AttemptPaths(root=attempt).chains
     path.parent.mkdir(exist_ok=True)
     atomic_write(path, _proposal_bytes(proposal))
     return proposal
@@ -359,7 +360,7 @@ def _proposal_bytes(proposal: ChainProposal) -> bytes:
 
 def read_proposal(attempt: Path) -> tuple[ChainProposal, str]:
     """The proposal and the sha256 of its file's bytes."""
-    path = attempt / CHAINS_NAME
+    path = AttemptPaths(root=attempt).chains
     if not path.is_file():
         raise HarnessError(f"{attempt} has no {CHAINS_NAME}",
                            f"propose the chains first: harness audit {attempt} --propose")
@@ -386,7 +387,7 @@ class RecordedJudgement(BaseModel):
 
 def read_judgements(attempt: Path) -> list[RecordedJudgement]:
     """Every judgement, once the audit file's chain verifies (else a HarnessError)."""
-    path = attempt / JUDGEMENTS_NAME
+    path = AttemptPaths(root=attempt).judgements
     if not path.is_file():
         return []
     report = verify(path)
@@ -438,7 +439,7 @@ def judge(attempt: Path, chain: str, category: str, auditor: str, note: str = ""
                            f"made from {proposal.transcript_sha256[:16]}...: the transcript "
                            "changed since", "find out why before judging; an audit judges one "
                            "transcript")
-    path = attempt / JUDGEMENTS_NAME
+    path = AttemptPaths(root=attempt).judgements
     # Before the writer opens the file (it would salvage a partial line by writing), and again
     # under its lock, so that two auditors cannot interleave unchecked.
     _check_earlier(attempt, digest)

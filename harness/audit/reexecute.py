@@ -38,6 +38,7 @@ from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLimits, SandboxLost
 from harness.infra.workspace import compute_diff, extract_tree, workspace_archive
 from harness.records.attempt import (
     MANIFEST_NAME,
+    AttemptPaths,
     SessionRecord,
     manifest_files,
     new_numbered_dir,
@@ -205,10 +206,10 @@ def reexecute(attempt: Path, *, loaded: rp.Replay | None = None,
                               "org.harness.attempt": str(record.attempt),
                               "org.harness.role": "reexecute"})
     with sandbox:
-        sandbox.put_archive(WORKSPACE, workspace_archive(attempt / "baseline"))
+        sandbox.put_archive(WORKSPACE, workspace_archive(AttemptPaths(root=attempt).baseline))
         ledger = Ledger(budget, cpus=limits.cpus)
         ledger.start()
-        runner = ToolRunner(sandbox, packet, ledger, folder / "artifacts",
+        runner = ToolRunner(sandbox, packet, ledger, AttemptPaths(root=folder).artifacts,
                             extra_tools=_extras(start, record, packet))
         for event in events:
             if event.kind != "tool_call":
@@ -264,13 +265,14 @@ def _final_diff(sandbox: Sandbox, attempt: Path, record: SessionRecord, folder: 
     report.recorded_diff_sha256 = record.diff.sha256 if record.diff else None
     try:
         sandbox.stop_processes()
-        final = folder / "final"
+        final = AttemptPaths(root=folder).final
         extract_tree(sandbox.get_archive(WORKSPACE), final, max_bytes=MAX_TREE_BYTES)
-        patch, _result = compute_diff(attempt / "baseline", final, max_diff_bytes=MAX_DIFF_BYTES)
+        patch, _result = compute_diff(AttemptPaths(root=attempt).baseline, final,
+                                      max_diff_bytes=MAX_DIFF_BYTES)
     except (HarnessError, SandboxLost) as exc:
         report.divergences.append(f"final diff: could not be made again ({exc})")
         return
-    (folder / "submission.diff").write_bytes(patch)
+    (AttemptPaths(root=folder).diff).write_bytes(patch)
     report.diff_sha256 = hashlib.sha256(patch).hexdigest()
     if report.recorded_diff_sha256 is None:
         report.divergences.append("final diff: the session recorded none")

@@ -38,13 +38,13 @@ from rich.text import Text
 from grading.hashing import file_sha256 as file_sha256_of
 from harness.errors import HarnessError
 from harness.records.attempt import (
-    MANIFEST_NAME,
+    BLOB_DIR,
     RECORD_NAME,
-    TRANSCRIPT_NAME,
+    SNAPSHOT_DIR,
+    AttemptPaths,
     GradeSummary,
     read_record,
 )
-from harness.records.transcript import BLOB_DIR_NAME
 from harness.records.verify import verify_attempt
 
 # A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
@@ -58,8 +58,7 @@ HEAD_CHARS = 160
 # What one search (--grep, the viewer's index) reads of one text.
 SEARCH_TEXT_BYTES = 1024**2
 GRADE_JSON_MAX_BYTES = 16 * 1024**2
-SNAPSHOT_GRADES_NAME = "grades/snapshots.json"  # harness.oracle.grade.SNAPSHOT_GRADES_NAME
-SNAPSHOT_DIFF = re.compile(r"^snapshots/[0-9]{4}\.diff$")  # nothing else is read as a diff
+SNAPSHOT_DIFF = re.compile(rf"^{SNAPSHOT_DIR}/[0-9]{{4}}\.diff$")  # nothing else is read as a diff
 SNAPSHOT_DIFF_MAX_BYTES = 4 * 1024**2
 SNAPSHOT_KIND = "snapshot"
 # Artifacts are named by the harness (``NNNN-label.log``); a recorded path is never followed,
@@ -299,8 +298,8 @@ class Replay(BaseModel):
             return cap_text(value, cap, where)
         if is_blob_ref(value):
             name = value["blob"]
-            return read_capped(self.transcript.parent / BLOB_DIR_NAME / name, cap,
-                               where or f"{BLOB_DIR_NAME}/{name}")
+            return read_capped(self.transcript.parent / BLOB_DIR / name, cap,
+                               where or f"{BLOB_DIR}/{name}")
         if value is None:
             return Capped("", 0)
         return cap_text(json.dumps(value, ensure_ascii=False, indent=1, default=str), cap, where)
@@ -310,7 +309,9 @@ class Replay(BaseModel):
         if not isinstance(recorded, str):
             return None
         name = recorded.rsplit("/", 1)[-1]
-        return self.attempt_dir / "artifacts" / name if _ARTIFACT_NAME.match(name) else None
+        if not _ARTIFACT_NAME.match(name):
+            return None
+        return AttemptPaths(root=self.attempt_dir).artifacts / name
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -519,7 +520,7 @@ def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
 
 
 def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
-    path = folder / RECORD_NAME
+    path = AttemptPaths(root=folder).record
     if not path.is_file():
         return None, f"no {RECORD_NAME} beside the transcript"
     try:
@@ -556,7 +557,7 @@ def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | No
 
 
 def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
-    path = folder / SNAPSHOT_GRADES_NAME
+    path = AttemptPaths(root=folder).snapshot_grades
     if not path.is_file():
         return {}
     capped = read_capped(path, GRADE_JSON_MAX_BYTES)
@@ -581,7 +582,7 @@ def _verification(target: Path, complete_lines: int) -> Verification:
 
 def load(target: Path) -> Replay:
     """Verify ``target`` (an attempt folder or its transcript), then read every line."""
-    transcript = target / TRANSCRIPT_NAME if target.is_dir() else target
+    transcript = AttemptPaths(root=target).transcript if target.is_dir() else target
     folder = transcript.parent
     if not transcript.is_file():
         raise HarnessError(f"no transcript at {transcript}",
@@ -644,7 +645,7 @@ def load(target: Path) -> Replay:
             limit = _number(event.data.get("deadline_s"))
             deadline = None if limit is None else float(limit)
         event.progress = progress
-        _derive(event, diagnostics, folder / BLOB_DIR_NAME)
+        _derive(event, diagnostics, folder / BLOB_DIR)
         events.append(event)
 
     grades = _snapshot_grades(folder)
@@ -736,7 +737,7 @@ def select(replay: Replay, filters: Filters) -> list[ReplayEvent]:
 
 def manifest_digests(folder: Path) -> dict[str, str]:
     """The manifest's file digests (empty when there is none or it is not one)."""
-    capped = read_capped(folder / MANIFEST_NAME, GRADE_JSON_MAX_BYTES)
+    capped = read_capped(AttemptPaths(root=folder).manifest, GRADE_JSON_MAX_BYTES)
     try:
         files = json.loads(capped.text).get("files") if capped.whole else None
     except (ValueError, AttributeError):

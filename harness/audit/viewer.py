@@ -26,7 +26,12 @@ from typing import Any
 
 from harness.audit import replay
 from harness.audit.replay import Capped, Replay, ReplayEvent, inert_block, one_line
-from harness.records.attempt import TRANSCRIPT_NAME, GradeSummary, atomic_write
+from harness.records.attempt import (
+    RECORD_NAME,
+    AttemptPaths,
+    GradeSummary,
+    atomic_write,
+)
 
 # One output, blob, artifact, message or diff: at most this much inline (head and tail).
 OUTPUT_CAP = 1024**2
@@ -35,8 +40,6 @@ PAGE_CAP = 48 * 1024**2
 PREVIEW_CAP = 8 * 1024
 # Strings in the raw-data view of each event.
 RAW_STRING_CHARS = 400
-# harness.study.session.DIFF_NAME, not imported: the viewer needs no Docker SDK.
-DIFF_NAME = "submission.diff"
 CAPS_STATEMENT = (f"Each output, blob, artifact, message and diff is inlined up to "
                   f"{OUTPUT_CAP // 1024**2} MiB (head and tail, the cut marked); past "
                   f"{PAGE_CAP // 1024**2} MiB inlined in all, only the first "
@@ -205,7 +208,7 @@ class _Page:
         if kind == "tool_result":
             return self.result(event)
         if kind == "diff":
-            path = self.rp.attempt_dir / DIFF_NAME
+            path = AttemptPaths(root=self.rp.attempt_dir).diff
             note = replay.diff_note(self.rp, path)
             capped = self.budget.spend(replay.read_capped(path, self.budget.cap()))
             files = ", ".join(map(str, d.get("files_changed") or []))
@@ -337,7 +340,7 @@ class _Page:
             if record.get(key) is not None:
                 facts.append((key, str(record[key])))
         if rp.record_problem:
-            facts.append(("session.json", rp.record_problem))
+            facts.append((RECORD_NAME, rp.record_problem))
         usage = record.get("usage")
         if isinstance(usage, dict):
             facts.append(("usage", ", ".join(f"{k} {v}" for k, v in usage.items()
@@ -544,7 +547,7 @@ def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Pa
     if study_root.is_dir():
         for session_dir in sorted(p for p in study_root.iterdir() if p.is_dir()):
             attempts = sorted((a for a in session_dir.glob("attempt-*")
-                               if (a / TRANSCRIPT_NAME).is_file()),
+                               if (AttemptPaths(root=a).transcript).is_file()),
                               key=lambda a: _attempt_number(a.name))
             if attempts:
                 found[session_dir.name] = attempts

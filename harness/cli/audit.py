@@ -22,6 +22,7 @@ from harness.cli.common import (
     log,
     study_path,
 )
+from harness.records.attempt import AttemptPaths
 
 
 @clear_errors
@@ -64,10 +65,10 @@ ReplayAttempt = Annotated[str, typer.Argument(
 
 def _load_replay(attempt: str, runs: Path) -> Any:
     from harness.audit import replay as rp
-    from harness.records.attempt import TRANSCRIPT_NAME, resolve_attempt
+    from harness.records.attempt import resolve_attempt
 
     target = Path(attempt)
-    if not (target.is_file() or (target / TRANSCRIPT_NAME).is_file()):
+    if not (target.is_file() or (AttemptPaths(root=target).transcript).is_file()):
         target = resolve_attempt(attempt, runs)
     return rp.load(target)
 
@@ -171,8 +172,7 @@ def audit_propose(attempt: AttemptArgument, runs: RunsOption = DEFAULT_RUNS) -> 
     from rich.text import Text
 
     from harness.audit import evidence
-    from harness.records import chains
-    from harness.records.attempt import resolve_attempt
+    from harness.records.attempt import AttemptPaths, resolve_attempt
 
     folder = resolve_attempt(attempt, runs)
     proposal = evidence.propose(folder)
@@ -195,7 +195,7 @@ def audit_propose(attempt: AttemptArgument, runs: RunsOption = DEFAULT_RUNS) -> 
               "snapshots not graded (harness grade ATTEMPT --snapshots)")
     log(f"{len(proposal.chains)} chain(s), bound to transcript sha256 "
         f"{proposal.transcript_sha256[:16]}... ({graded}); wrote "
-        f"{folder / chains.CHAINS_NAME}")
+        f"{AttemptPaths(root=folder).chains}")
 
 
 @audit.command("judge")
@@ -212,13 +212,12 @@ def audit_judge(
 ) -> None:
     """Record an auditor's judgement of one chain (append-only, hash-chained)."""
     from harness.audit import evidence
-    from harness.records import chains
-    from harness.records.attempt import resolve_attempt
+    from harness.records.attempt import AttemptPaths, resolve_attempt
 
     folder = resolve_attempt(attempt, runs)
     evidence.judge(folder, chain, category, auditor, note)
     log(evidence.inert(f"recorded: chain {chain} {category} by {auditor} in "
-                       f"{folder / chains.JUDGEMENTS_NAME}"))
+                       f"{AttemptPaths(root=folder).judgements}"))
 
 
 @audit.command("show")
@@ -230,13 +229,12 @@ def audit_show(attempt: AttemptArgument, runs: RunsOption = DEFAULT_RUNS) -> Non
 
     from grading.hashing import file_sha256
     from harness.audit import evidence
-    from harness.records import chains
-    from harness.records.attempt import resolve_attempt
+    from harness.records.attempt import AttemptPaths, resolve_attempt
 
     folder = resolve_attempt(attempt, runs)
     recorded = evidence.read_judgements(folder)
     current = evidence.transcript_sha256(folder)
-    chains_path = folder / chains.CHAINS_NAME
+    chains_path = AttemptPaths(root=folder).chains
     proposal_now = file_sha256(chains_path) if chains_path.is_file() else None
     table = Table(title=f"judgements of {folder} (chain verified)")
     for column in ("#", "at", "chain", "category", "auditor", "note", "transcript",

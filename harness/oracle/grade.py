@@ -41,7 +41,7 @@ from harness.infra.workspace import tar_inputs
 from harness.records import events
 from harness.records.attempt import (
     GRADER_ERROR,
-    TRANSCRIPT_NAME,
+    AttemptPaths,
     GradeSummary,
     atomic_write,
     new_numbered_dir,
@@ -49,7 +49,7 @@ from harness.records.attempt import (
     write_manifest,
     write_record,
 )
-from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
+from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import read_events
 
 INPUT_DIR = "/workspace/in"
@@ -289,15 +289,16 @@ def grade_attempt(
     verdict.
     """
     record = read_record(attempt_dir)
-    diff_path = attempt_dir / "submission.diff"
+    paths = AttemptPaths(root=attempt_dir)
+    diff_path = paths.diff
     if not diff_path.is_file():
         raise HarnessError(f"{attempt_dir} has no submission.diff",
                            "the session did not produce a diff; see its transcript")
-    inputs = GraderInputs(baseline=attempt_dir / "baseline",
+    inputs = GraderInputs(baseline=paths.baseline,
                           packet_yaml=Path(record.packet_dir) / "packet.yaml",
                           hidden=Path(record.hidden_dir), diff=diff_path)
     client = client or images.docker_client()
-    out_dir = new_numbered_dir(attempt_dir / "grades", "grade")
+    out_dir = new_numbered_dir(paths.grades, "grade")
     folder = str(out_dir.relative_to(attempt_dir))
     log(f"grading {record.session_id} in a fresh grader container")
     try:
@@ -333,7 +334,8 @@ def grade_snapshots(
     numbered in that order, and only ``snapshots.json`` maps them back to the timeline.
     """
     record = read_record(attempt_dir)
-    taken = [events.parse(e).data for e in read_events(attempt_dir / TRANSCRIPT_NAME)
+    paths = AttemptPaths(root=attempt_dir)
+    taken = [events.parse(e).data for e in read_events(paths.transcript)
              if e.kind == "snapshot"]
     snapshots = [s for s in taken if isinstance(s, events.Snapshot) and s.diff is not None]
     if not snapshots:
@@ -351,9 +353,9 @@ def grade_snapshots(
     graded: list[SnapshotGrade] = []
     for snap in order:
         assert snap.diff is not None and snap.sha256 is not None
-        out_dir = new_numbered_dir(attempt_dir / "grades" / "snapshots", "grade")
+        out_dir = new_numbered_dir(paths.snapshot_grade_dirs, "grade")
         folder = str(out_dir.relative_to(attempt_dir))
-        inputs = GraderInputs(baseline=attempt_dir / "baseline",
+        inputs = GraderInputs(baseline=paths.baseline,
                               packet_yaml=Path(record.packet_dir) / "packet.yaml",
                               hidden=Path(record.hidden_dir), diff=attempt_dir / snap.diff)
         log(f"grading a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)})")
@@ -368,7 +370,7 @@ def grade_snapshots(
         graded.append(entry)
     result = SnapshotGrades(graded_at=utc_timestamp(),
                             snapshots=sorted(graded, key=lambda g: g.index))
-    atomic_write(attempt_dir / SNAPSHOT_GRADES_NAME,
-                         (result.model_dump_json(indent=1) + "\n").encode())
+    atomic_write(paths.snapshot_grades,
+                 (result.model_dump_json(indent=1) + "\n").encode())
     write_manifest(attempt_dir)
     return result

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from grading.hashing import file_sha256
 from grading.models import Verdict
@@ -29,8 +29,109 @@ from harness.records.processes import StopReport
 RECORD_NAME = "session.json"
 MANIFEST_NAME = "manifest.json"
 TRANSCRIPT_NAME = "transcript.jsonl"
+BLOB_DIR = "blobs"
+ARTIFACT_DIR = "artifacts"
+BASELINE_DIR = "baseline"
+FINAL_DIR = "final"
+DIFF_NAME = "submission.diff"
+SNAPSHOT_DIR = "snapshots"
+GRADES_DIR = "grades"
 # Auditors' records (harness/audit/evidence.py), added after the session with their own hash chain.
 AUDIT_DIR = "audit"
+SNAPSHOT_GRADES_NAME = f"{GRADES_DIR}/snapshots.json"
+CHAINS_NAME = f"{AUDIT_DIR}/chains.json"
+JUDGEMENTS_NAME = f"{AUDIT_DIR}/judgements.jsonl"
+
+
+class AttemptPaths(BaseModel):
+    """Every file of one attempt folder, by name: the one place that names them.
+
+    ::
+
+        runs/<study>/<session>/attempt-N/
+          session.json              the session record (SessionRecord)
+          transcript.jsonl          the hash-chained event log
+          blobs/<sha256>            strings too long to inline in an event
+          artifacts/NNNN-<tool>.log a tool call's whole output
+          baseline/                 the packet's repository as the agent received it
+          final/                    the workspace copied out at the end
+          submission.diff           final/ against baseline/: what is graded
+          snapshots/NNNN.diff       the code at each trajectory snapshot
+          manifest.json             sha256 of every file above
+          grades/grade-N/           one grading (grader.json, out/grade.json, out/logs/)
+          grades/snapshots.json     every snapshot's grade (grades/snapshots/grade-N/)
+          audit/chains.json         evidence chains (never in the manifest)
+          audit/judgements.jsonl    auditors' judgements (never in the manifest)
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    root: Path
+
+    @property
+    def record(self) -> Path:
+        return self.root / RECORD_NAME
+
+    @property
+    def transcript(self) -> Path:
+        return self.root / TRANSCRIPT_NAME
+
+    @property
+    def blobs(self) -> Path:
+        return self.root / BLOB_DIR
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / ARTIFACT_DIR
+
+    @property
+    def baseline(self) -> Path:
+        return self.root / BASELINE_DIR
+
+    @property
+    def final(self) -> Path:
+        return self.root / FINAL_DIR
+
+    @property
+    def diff(self) -> Path:
+        return self.root / DIFF_NAME
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / SNAPSHOT_DIR
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST_NAME
+
+    @property
+    def grades(self) -> Path:
+        return self.root / GRADES_DIR
+
+    @property
+    def snapshot_grades(self) -> Path:
+        return self.root / SNAPSHOT_GRADES_NAME
+
+    @property
+    def snapshot_grade_dirs(self) -> Path:
+        return self.grades / SNAPSHOT_DIR
+
+    @property
+    def audit(self) -> Path:
+        return self.root / AUDIT_DIR
+
+    @property
+    def chains(self) -> Path:
+        return self.root / CHAINS_NAME
+
+    @property
+    def judgements(self) -> Path:
+        return self.root / JUDGEMENTS_NAME
+
+    @staticmethod
+    def snapshot_diff_name(index: int) -> str:
+        """A snapshot's diff, relative to the attempt folder (as its event names it)."""
+        return f"{SNAPSHOT_DIR}/{index:04d}.diff"
 
 
 class DiffSummary(BaseModel):

@@ -7,10 +7,6 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.records.attempt import AUDIT_DIR
-
-CHAINS_NAME = f"{AUDIT_DIR}/chains.json"
-JUDGEMENTS_NAME = f"{AUDIT_DIR}/judgements.jsonl"
 CHAINS_SCHEMA_VERSION = 1
 JUDGEMENT_KIND = "judgement"
 

@@ -17,6 +17,8 @@ from grading.models import GradeReport
 from harness.paths import REPO_ROOT
 from harness.records import chains, events, outcomes
 from harness.records.attempt import (
+    CHAINS_NAME,
+    JUDGEMENTS_NAME,
     MANIFEST_NAME,
     RECORD_NAME,
     SESSION_SCHEMA_VERSION,
@@ -56,9 +58,9 @@ ATTEMPT_FILES = [
     ("grades/snapshots.json", "`harness grade --snapshots`: each snapshot's verdict and "
      "per-contract outcomes (below), graded blind in `grades/snapshots/grade-N/` folders "
      "numbered in a random order."),
-    (chains.CHAINS_NAME, "`harness audit --propose`: the candidate evidence chains (below), "
+    (CHAINS_NAME, "`harness audit --propose`: the candidate evidence chains (below), "
      "bound to the transcript's sha256; never listed in the manifest."),
-    (chains.JUDGEMENTS_NAME, "`harness audit --judge`: auditors' judgements, one `judgement` "
+    (JUDGEMENTS_NAME, "`harness audit --judge`: auditors' judgements, one `judgement` "
      "event each (below), append-only and hash-chained like the transcript; never listed in "
      "the manifest."),
 ]
@@ -139,7 +141,7 @@ def render() -> str:
         "",
         *_fields(SnapshotGrade),
         "",
-        f"## `{chains.CHAINS_NAME}` (schema version {chains.CHAINS_SCHEMA_VERSION})",
+        f"## `{CHAINS_NAME}` (schema version {chains.CHAINS_SCHEMA_VERSION})",
         "",
         _first_line(chains.ChainProposal),
         "",
@@ -149,7 +151,7 @@ def render() -> str:
                              chains.Message, chains.Edit, chains.OtherCall,
                              chains.NextRun, chains.SnapshotState)
           for line in (f"`{model.__name__}`: {_first_line(model)}", "", *_fields(model), "")],
-        f"## `{chains.JUDGEMENTS_NAME}`",
+        f"## `{JUDGEMENTS_NAME}`",
         "",
         "Each line is an event as in the transcript (`seq`, `ts`, `kind`, `data`, `prev_hash`, "
         f"`hash`), of kind `{chains.JUDGEMENT_KIND}`; its `data`:",

@@ -28,4 +28,3 @@ class SnapshotGrades(BaseModel):
     snapshots: list[SnapshotGrade]
 
 
-SNAPSHOT_GRADES_NAME = "grades/snapshots.json"

@@ -34,9 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from harness import jsontext
 from harness.clock import utc_timestamp
 from harness.errors import HarnessError
+from harness.records.attempt import BLOB_DIR
 
 GENESIS_HASH = "0" * 64
-BLOB_DIR_NAME = "blobs"
 # A string longer than this (UTF-8 bytes) is stored as a blob; the same text stored twice (a
 # tool argument in the response, the call and the next request) is one file.
 INLINE_TEXT_BYTES = 64 * 1024
@@ -103,7 +103,7 @@ class VerifyReport(BaseModel):
 
 def blob_dir(transcript_path: Path) -> Path:
     """Where the blobs of the transcript at ``transcript_path`` live."""
-    return transcript_path.parent / BLOB_DIR_NAME
+    return transcript_path.parent / BLOB_DIR
 
 
 def blob_path(transcript_path: Path, ref: BlobRef | str) -> Path:

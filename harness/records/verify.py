@@ -14,7 +14,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.records.attempt import MANIFEST_NAME, RECORD_NAME, TRANSCRIPT_NAME, read_record
+from harness.records.attempt import (
+    MANIFEST_NAME,
+    RECORD_NAME,
+    AttemptPaths,
+    read_record,
+)
 from harness.records.transcript import verify
 
 
@@ -28,7 +33,7 @@ class AttemptVerdict(BaseModel):
 def verify_attempt(target: Path) -> AttemptVerdict:
     """Verify ``target``: an attempt folder, or a transcript (checked against the session
     record beside it, if there is one)."""
-    path = target / TRANSCRIPT_NAME if target.is_dir() else target
+    path = AttemptPaths(root=target).transcript if target.is_dir() else target
     folder = path.parent
     report = verify(path)
     partial = ["it ends with a partial line from a kill mid-write"] if report.partial_tail else []
@@ -38,7 +43,7 @@ def verify_attempt(target: Path) -> AttemptVerdict:
     def fail(error: str) -> AttemptVerdict:
         return AttemptVerdict(ok=False, events=report.events, error=error)
 
-    if not (folder / RECORD_NAME).is_file():
+    if not (AttemptPaths(root=folder).record).is_file():
         if target.is_dir():
             return fail(f"{folder} holds no {RECORD_NAME}, so the transcript's end "
                         "cannot be checked")
@@ -57,7 +62,7 @@ def verify_attempt(target: Path) -> AttemptVerdict:
     if head is None:
         return fail(f"{RECORD_NAME} records no transcript head for a session that "
                     f"ended ({record.status})")
-    manifest_path = folder / MANIFEST_NAME
+    manifest_path = AttemptPaths(root=folder).manifest
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     if manifest.get("transcript") != head.model_dump():
         return fail(f"{MANIFEST_NAME} does not repeat the transcript head that "

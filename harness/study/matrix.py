@@ -51,7 +51,7 @@ from harness.oracle.grade import GRADER_ERROR
 from harness.paths import REPO_ROOT
 from harness.records import outcomes
 from harness.records.attempt import (
-    MANIFEST_NAME,
+    AttemptPaths,
     LaunchInfo,
     SessionRecord,
     atomic_write,
@@ -227,7 +227,7 @@ class Verifier:
         self._cache: dict[Path, tuple[float, str | None]] = {}
 
     def problem(self, attempt_dir: Path) -> str | None:
-        manifest = attempt_dir / MANIFEST_NAME
+        manifest = AttemptPaths(root=attempt_dir).manifest
         stamp = manifest.stat().st_mtime if manifest.exists() else 0.0
         cached = self._cache.get(attempt_dir)
         if cached and cached[0] == stamp:

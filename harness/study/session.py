@@ -54,7 +54,7 @@ from harness.infra.workspace import (
 from harness.records import events
 from harness.records.attempt import (
     SESSION_SCHEMA_VERSION,
-    TRANSCRIPT_NAME,
+    AttemptPaths,
     DiffSummary,
     LaunchInfo,
     SessionRecord,
@@ -82,7 +82,6 @@ from harness.study import freeze
 
 MAX_TREE_BYTES = 512 * 1024**2
 MAX_DIFF_BYTES = 32 * 1024**2
-DIFF_NAME = "submission.diff"
 # Agent outcomes that are failures: the record's ``error`` says what happened.
 ERROR_OUTCOMES = ("provider_error", "sandbox_lost")
 
@@ -150,7 +149,7 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     write_record(attempt_dir, record)
     log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}"
         + ("" if record.in_frozen_study else " (outside the frozen study)"))
-    transcript = TranscriptWriter(attempt_dir / TRANSCRIPT_NAME, events.validate)
+    transcript = TranscriptWriter(AttemptPaths(root=attempt_dir).transcript, events.validate)
     try:
         with signals_as_interrupt():
             _run_attempt(Attempt(study=study, options=options, record=record, dir=attempt_dir,
@@ -196,7 +195,7 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
     attempt_dir, packet, provider = attempt.dir, attempt.packet, attempt.provider
     tools, extras, budget = attempt.tools, attempt.extras, attempt.budget
     agent_settings, cpus, gpus = attempt.agent, attempt.cpus, attempt.gpus
-    baseline = attempt_dir / "baseline"
+    baseline = AttemptPaths(root=attempt_dir).baseline
     snapshot_baseline(packet.repo, baseline)
     system_prompt = build_system_prompt(agent_settings.system_prompt, tools)
     transcript.append("session_start", {
@@ -243,7 +242,7 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
                                                 "limits": sandbox.limits.model_dump()})
             sandbox.put_archive(WORKSPACE, workspace_archive(baseline))
             ledger.start()
-            runner = ToolRunner(sandbox, packet, ledger, attempt_dir / "artifacts",
+            runner = ToolRunner(sandbox, packet, ledger, AttemptPaths(root=attempt_dir).artifacts,
                                 gpus_available=bool(lease.gpu_ids), extra_tools=extras)
             snapshots = (Snapshots(sandbox, baseline, attempt_dir, transcript, ledger,
                                    max_tree_bytes=MAX_TREE_BYTES, max_diff_bytes=MAX_DIFF_BYTES)
@@ -332,14 +331,14 @@ def _finalize_diff(
             return
         record.processes_stopped = stopped
         transcript.append("processes_stopped", stopped.model_dump(mode="json"))
-        final = attempt_dir / "final"
-        report = extract_tree(sandbox.get_archive(WORKSPACE), final, max_bytes=MAX_TREE_BYTES)
-        patch, result = compute_diff(attempt_dir / "baseline", final,
-                                     max_diff_bytes=MAX_DIFF_BYTES)
-        check_applies(attempt_dir / "baseline", patch)
-        (attempt_dir / DIFF_NAME).write_bytes(patch)
+        paths = AttemptPaths(root=attempt_dir)
+        report = extract_tree(sandbox.get_archive(WORKSPACE), paths.final,
+                              max_bytes=MAX_TREE_BYTES)
+        patch, result = compute_diff(paths.baseline, paths.final, max_diff_bytes=MAX_DIFF_BYTES)
+        check_applies(paths.baseline, patch)
+        paths.diff.write_bytes(patch)
         record.diff = DiffSummary(
-            sha256=file_sha256(attempt_dir / DIFF_NAME), bytes=len(patch),
+            sha256=file_sha256(paths.diff), bytes=len(patch),
             files_changed=result.files_changed,
         )
         transcript.append("diff", {"extract": report.model_dump(mode="json"),
@@ -381,7 +380,7 @@ def mark_interrupted(
             continue
         if alive(record):
             continue
-        with TranscriptWriter(attempt_dir / TRANSCRIPT_NAME,
+        with TranscriptWriter(AttemptPaths(root=attempt_dir).transcript,
                               events.validate) as transcript:
             transcript.append("session_interrupted", {
                 "reason": f"harness process {record.harness_pid} is gone"

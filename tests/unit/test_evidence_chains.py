@@ -20,14 +20,16 @@ from harness.records.attempt import (
     MANIFEST_NAME,
     RECORD_NAME,
     SESSION_SCHEMA_VERSION,
+    SNAPSHOT_GRADES_NAME,
     TRANSCRIPT_NAME,
+    AttemptPaths,
     SessionRecord,
     TranscriptHead,
     manifest_problem,
     write_manifest,
     write_record,
 )
-from harness.records.grades import SNAPSHOT_GRADES_NAME, SnapshotGrade, SnapshotGrades
+from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import TranscriptWriter
 from tests.helpers import harness, one_error_line
 
@@ -191,13 +193,13 @@ def test_a_chain_runs_from_the_observation_to_the_next_run_with_the_independent_
     assert "not graded" in evidence.describe(tests)["after"]
 
     # Bound to the exact bytes, and written byte-identically when proposed again.
-    raw = (attempt / chains.CHAINS_NAME).read_bytes()
+    raw = AttemptPaths(root=attempt).chains.read_bytes()
     assert proposal.transcript_sha256 == hashlib.sha256(
         (attempt / TRANSCRIPT_NAME).read_bytes()).hexdigest()
     assert proposal.snapshot_grades_sha256 == hashlib.sha256(
         (attempt / SNAPSHOT_GRADES_NAME).read_bytes()).hexdigest()
     evidence.propose(attempt)
-    assert (attempt / chains.CHAINS_NAME).read_bytes() == raw
+    assert AttemptPaths(root=attempt).chains.read_bytes() == raw
 
 
 def test_without_grades_every_snapshot_is_not_graded(tmp_path: Path) -> None:
@@ -259,9 +261,9 @@ def test_judgements_round_trip_and_are_refused_when_the_transcript_is_replaced(
         "chain": chain, "category": "helped", "auditor": "ann",
         "note": "revert followed the report", "transcript_sha256": proposal.transcript_sha256,
         "chains_sha256": hashlib.sha256(
-            (attempt / chains.CHAINS_NAME).read_bytes()).hexdigest()}
+            AttemptPaths(root=attempt).chains.read_bytes()).hexdigest()}
     assert second.judgement.category == "no_defect_present"
-    judgements = attempt / chains.JUDGEMENTS_NAME
+    judgements = AttemptPaths(root=attempt).judgements
     kept = judgements.read_bytes()
 
     with pytest.raises(HarnessError, match="not in the proposal"):
@@ -290,7 +292,7 @@ def test_a_tampered_audit_file_is_refused_and_nothing_is_added(tmp_path: Path) -
     attempt, seqs = regression_caught(tmp_path / "a")
     evidence.propose(attempt)
     evidence.judge(attempt, f"c{seqs['tc1']}", "helped", "ann")
-    path = attempt / chains.JUDGEMENTS_NAME
+    path = AttemptPaths(root=attempt).judgements
     path.write_bytes(path.read_bytes().replace(b'"helped"', b'"diagnostic_misleading"'))
     tampered = path.read_bytes()
     with pytest.raises(HarnessError, match="does not verify"):
@@ -338,7 +340,7 @@ def test_the_command_line_shows_transcript_text_inert_and_refuses_in_one_line(
                            "--auditor", "a"), "not in the proposal")
     one_error_line(harness("audit", "judge", str(attempt), "--chain", chain), "--category")
     one_error_line(harness("audit", str(attempt)), "propose, judge, show")
-    data = json.loads((attempt / chains.CHAINS_NAME).read_text())
+    data = json.loads(AttemptPaths(root=attempt).chains.read_text())
     assert data["schema_version"] == chains.CHAINS_SCHEMA_VERSION
 
 
