@@ -39,6 +39,7 @@ UNSTEADY_OUTCOMES: frozenset[str] = frozenset({"crash", "hang"})
 # An oracle that fails the reference would "kill" every mutant: nothing is graded then.
 PASSING_REFERENCE: frozenset[str] = frozenset({"complete", "complete_on_cpu"})
 
+
 class MutantResult(BaseModel):
     """How one mutant fared: which contract killed it, on which configurations, and why."""
 

@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from harness.paths import REPO_ROOT
-from harness.study import slurm
+from harness.study.matrix import slurm
 from tests.conftest import write_script
 from tests.helpers import HARNESS
 from tests.test_matrix import TINY, attempts, matrix_study, study_containers, wait_for

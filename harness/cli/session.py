@@ -94,7 +94,7 @@ def cleanup(
     """Remove containers and volumes left by dead harness processes; mark their sessions."""
     from harness.infra.images import docker_client
     from harness.infra.sandbox import cleanup_orphans
-    from harness.study.matrix import record_alive
+    from harness.study.matrix.state import record_alive
     from harness.study.session import mark_interrupted
 
     labels = {"org.harness.study": study} if study else None

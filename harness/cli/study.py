@@ -105,7 +105,7 @@ def matrix_plan(study: StudyOption = None) -> None:
     from harness.infra.images import docker_client
     from harness.records.study import load_study
     from harness.study import freeze
-    from harness.study.matrix import host_cores, local_slots, worst_case
+    from harness.study.matrix.slots import host_cores, local_slots, worst_case
 
     path = study_path(study)
     loaded = load_study(path)
@@ -172,7 +172,7 @@ def matrix_run(
     from rich.live import Live
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from harness.study.matrix import RunOptions, run_matrix
+    from harness.study.matrix.run import RunOptions, run_matrix
 
     if executor not in ("local", "slurm"):
         raise HarnessError(f"unknown executor {executor!r}", "use --executor local or slurm")
@@ -226,7 +226,7 @@ def matrix_status(
     from harness.infra.images import docker_client
     from harness.records.study import load_study
     from harness.study import freeze
-    from harness.study.matrix import status_rows
+    from harness.study.matrix.rows import status_rows
 
     path = study_path(study)
     loaded = load_study(path)
@@ -268,7 +268,7 @@ def matrix_worker(
     grade: Annotated[bool, typer.Option()] = True,
 ) -> None:
     """One job of a matrix run (started by `matrix run`, locally or as a Slurm job)."""
-    from harness.study.matrix import run_worker
+    from harness.study.matrix.worker import run_worker
 
     if (session is None) == (grade_attempt is None):
         raise HarnessError("a worker runs either --session or --grade-attempt",

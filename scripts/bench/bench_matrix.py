@@ -38,7 +38,7 @@ from harness.paths import REPO_ROOT
 from harness.records.attempt import TRANSCRIPT_NAME, study_records
 from harness.records.study import load_study
 from harness.records.transcript import read_events
-from harness.study.matrix import MatrixState, state_path
+from harness.study.matrix.state import MatrixState, state_path
 
 TINY = "tiny-regression"
 
