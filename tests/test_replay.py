@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.audit import replay, viewer
+from harness.audit import replay, timeline, viewer
 from harness.records import events
 from harness.records.attempt import (
     TRANSCRIPT_NAME,
@@ -66,13 +66,13 @@ def attempt(tmp_path_factory: pytest.TempPathFactory) -> Path:
                        log=lambda _m: None)
 
 
-def _timeline(target: Path, filters: replay.Filters | None = None) -> str:
+def _timeline(target: Path, filters: timeline.Filters | None = None) -> str:
     """The terminal timeline as a colour terminal would get it (so markup *would* apply)."""
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, color_system="truecolor", width=220)
     loaded = replay.load(target)
-    filters = filters or replay.Filters()
-    replay.print_timeline(loaded, replay.select(loaded, filters), console, filters=filters)
+    filters = filters or timeline.Filters()
+    timeline.print_timeline(loaded, timeline.select(loaded, filters), console, filters=filters)
     return buffer.getvalue()
 
 
@@ -196,7 +196,7 @@ def test_a_cut_transcript_is_broken_at_its_end_and_a_partial_line_is_shown(
     assert not loaded.verification.ok
     last = loaded.events[-1]
     assert last.status == "damaged" and "partial last line" in (last.problem or "")
-    out = _timeline(copy, replay.Filters(kinds=["tool_call"]))
+    out = _timeline(copy, timeline.Filters(kinds=["tool_call"]))
     assert "partial last line" in out  # a damaged line passes every filter
 
 
@@ -305,7 +305,7 @@ def test_the_viewer_in_headless_chromium(attempt: Path, tmp_path: Path) -> None:
     loaded = replay.load(attempt)
     viewer.write(loaded, out)
     term = PAGE_NAME
-    expected = {e.line for e in replay.select(loaded, replay.Filters(grep=term))}
+    expected = {e.line for e in timeline.select(loaded, timeline.Filters(grep=term))}
     assert len(expected) >= 3
     study_file = attempt.parents[3] / "study.yaml"
     index_dir = tmp_path / "index"

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from grading.hashing import file_sha256
 from harness import jsontext
 from harness.agent.snapshots import SNAPSHOT_TOOLS
+from harness.audit.text import inert_block
 from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.records import events
@@ -92,10 +93,9 @@ def _validate_judgement(kind: str, data: dict[str, Any]) -> None:
 
 
 def inert(text: str) -> str:
-    """``text`` with every control or invisible character (ANSI escapes, bidi overrides)
-    written as an escape, so a terminal shows what the transcript holds and obeys none of it."""
-    return "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode()
-                   for c in text)
+    """``text`` as a terminal may show it: every unsafe character written as its escape
+    (``harness.audit.text``), so it shows what the transcript holds and obeys none of it."""
+    return inert_block(text)
 
 
 def _short(value: Any, limit: int = ARGS_CHARS) -> str:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 
 from harness.agent.tools import ExtraTool, ToolResult, ToolRunner
 from harness.audit import replay as rp
+from harness.audit.text import one_line
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLimits, SandboxLost
@@ -119,7 +120,7 @@ class ReexecuteReport(BaseModel):
 def _facts(result: ToolResult | dict[str, Any], output: str) -> dict[str, Any]:
     get = result.get if isinstance(result, dict) else lambda k, d=None: getattr(result, k, d)
     return {"ok": get("ok"), "exit_code": get("exit_code"), "timed_out": get("timed_out"),
-            "output_sha256": output_digest(output), "output_head": rp.one_line(output, 120)}
+            "output_sha256": output_digest(output), "output_head": one_line(output, 120)}
 
 
 def _baseline_problem(attempt: Path) -> str | None:

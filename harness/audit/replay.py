@@ -8,7 +8,7 @@ itself is a row of its own: nothing is dropped or smoothed over.
 Every byte of the attempt folder is treated as hostile, whether verified or not (a verified
 transcript still holds whatever the agent and its programs printed): lines, blobs, artifacts
 and grade files are read with size caps, and text meant for a terminal goes through
-:func:`one_line` / :func:`inert_block`, which turn control characters, terminal escape
+``harness.audit.text``, which turn control characters, terminal escape
 sequences, bidi overrides and lone surrogates into visible escapes. Rich is only ever given
 ``Text`` objects, so ``[bold]`` in an output stays literal.
 
@@ -31,11 +31,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
 from pydantic import BaseModel, Field
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from grading.hashing import file_sha256 as file_sha256_of
+from harness.audit.text import one_line
 from harness.errors import HarnessError
 from harness.records.attempt import (
     BLOB_DIR,
@@ -50,56 +48,29 @@ from harness.records.verify import verify_attempt
 # A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
 # larger ones go to blobs, so only a damaged or forged line gets near it).
 MAX_LINE_BYTES = 32 * 1024**2
+
 # What one replay parses of a transcript in all (a real one spills its large strings to
 # blobs and stays far below); later lines are listed as not read, never dropped silently.
 MAX_READ_BYTES = 1024**3
-# What a timeline row shows of an output or a message.
-HEAD_CHARS = 160
+
 # What one search (--grep, the viewer's index) reads of one text.
 SEARCH_TEXT_BYTES = 1024**2
+
 GRADE_JSON_MAX_BYTES = 16 * 1024**2
+
 SNAPSHOT_DIFF = re.compile(rf"^{SNAPSHOT_DIR}/[0-9]{{4}}\.diff$")  # nothing else is read as a diff
+
 SNAPSHOT_DIFF_MAX_BYTES = 4 * 1024**2
+
 SNAPSHOT_KIND = "snapshot"
+
 # Artifacts are named by the harness (``NNNN-label.log``); a recorded path is never followed,
 # only its last part is looked up under the attempt's own artifacts/.
 _ARTIFACT_NAME = re.compile(r"^[0-9]{4}-[A-Za-z0-9_.-]{1,120}\.log$")
+
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 Status = Literal["verified", "unverified", "damaged"]
-
-# -- making text inert --------------------------------------------------------------------------
-
-# C0/C1 controls (ESC included), DEL, zero-width and bidi controls, line/paragraph separators,
-# BOM, interlinear annotations and lone surrogates: each is shown as its escape, never sent.
-_UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-    "\ufff9-\ufffb\ud800-\udfff]"
-)
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def inert_block(text: str) -> str:
-    """``text`` with newlines and tabs kept and every other unsafe character escaped."""
-    return _UNSAFE.sub(_escape_char, text)
-
-
-def one_line(text: str, limit: int = HEAD_CHARS) -> str:
-    """The head of ``text`` on one inert line: newlines as ``⏎``, at most ``limit`` chars."""
-    flat = text.strip().replace("\r\n", "\n").replace("\n", " ⏎ ").replace("\t", " ")
-    cut = flat[: limit * 2]  # escapes make it longer, never shorter
-    shown = inert_block(cut)
-    if len(shown) > limit or len(flat) > len(cut):
-        return shown[: max(0, limit - 1)] + "…"
-    return shown
-
-
-# -- bounded reading -----------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class Capped:
@@ -114,7 +85,6 @@ class Capped:
     def whole(self) -> bool:
         return self.omitted_bytes == 0 and self.problem is None
 
-
 def _decode(raw: bytes) -> str:
     # Text blobs were written with surrogatepass (harness.jsontext); a forged one may not be
     # UTF-8 at all, and a cut may split a character.
@@ -123,11 +93,9 @@ def _decode(raw: bytes) -> str:
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace")
 
-
 def _marker(omitted: int, total: int, where: str) -> str:
     return (f"\n[... replay: {omitted} of {total} bytes not shown here"
             f"{'; the whole is in ' + where if where else ''} ...]\n")
-
 
 def cap_text(text: str, cap: int, where: str = "") -> Capped:
     """``text`` cut to about ``cap`` UTF-8 bytes (head and tail), saying what was cut."""
@@ -140,7 +108,6 @@ def cap_text(text: str, cap: int, where: str = "") -> Capped:
     omitted = len(raw) - 2 * half
     return Capped(_decode(raw[:half]) + _marker(omitted, len(raw), where)
                   + _decode(raw[-half:]), len(raw), omitted)
-
 
 def read_capped(path: Path, cap: int, where: str = "") -> Capped:
     """A file's text, head and tail past ``cap`` bytes; never follows a symlink."""
@@ -166,21 +133,15 @@ def read_capped(path: Path, cap: int, where: str = "") -> Capped:
     return Capped(_decode(head) + _marker(omitted, size, where or str(path)) + _decode(tail),
                   size, omitted)
 
-
 def file_sha256(path: Path) -> str | None:
     """SHA-256 of a regular file (not a link), or None."""
     if path.is_symlink() or not path.is_file():
         return None
     return file_sha256_of(path)
 
-
 def is_blob_ref(value: Any) -> TypeGuard[dict[str, Any]]:
     return (isinstance(value, dict) and isinstance(value.get("blob"), str)
             and bool(_HEX64.match(value["blob"])) and set(value) <= {"blob", "size", "text"})
-
-
-# -- the model ------------------------------------------------------------------------------------
-
 
 class Progress(BaseModel):
     """Budget counters as the ``budget`` events reported them up to an event."""
@@ -191,7 +152,6 @@ class Progress(BaseModel):
     tool_calls: int = 0
     candidate_runs: int = 0
 
-
 class Violation(BaseModel):
     """One TrainCheck violation a ``traincheck`` call reported (as recorded, any field may be
     missing in a damaged event)."""
@@ -201,7 +161,6 @@ class Violation(BaseModel):
     plain_rule: str = ""
     first_step: str = ""
     ranks: str = ""
-
 
 class ReplayEvent(BaseModel):
     """One line of the transcript, read back."""
@@ -223,7 +182,6 @@ class ReplayEvent(BaseModel):
     violations: list[Violation] = Field(default_factory=list)
     diagnostic_outcome: str | None = None
 
-
 class Verification(BaseModel):
     ok: bool
     events: int  # verified from the start
@@ -243,11 +201,9 @@ class Verification(BaseModel):
         return (f"TRANSCRIPT BROKEN {where} after {self.events} good events: {self.error}; "
                 "everything from there on is shown UNVERIFIED")
 
-
 class SnapshotGrade(BaseModel):
     verdict: str = ""
     contracts: dict[str, str] = Field(default_factory=dict)
-
 
 class Snapshot(BaseModel):
     """A ``snapshot`` event (issue 15 part 1) with its grade, when one was recorded."""
@@ -262,13 +218,11 @@ class Snapshot(BaseModel):
     diff: str | None = None  # the patch, capped
     grade: SnapshotGrade | None = None
 
-
 class ContractOutcome(BaseModel):
     id: str
     outcome: str
     kind: str = ""
     reason: str = ""
-
 
 class FinalGrade(BaseModel):
     verdict: str
@@ -276,7 +230,6 @@ class FinalGrade(BaseModel):
     folder: str
     contracts: list[ContractOutcome] = Field(default_factory=list)
     problem: str | None = None
-
 
 class Replay(BaseModel):
     """An attempt read back: what verification said, every line, and what surrounds them."""
@@ -313,10 +266,6 @@ class Replay(BaseModel):
             return None
         return AttemptPaths(root=self.attempt_dir).artifacts / name
 
-
-# -- reading -------------------------------------------------------------------------------------
-
-
 def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
     """(1-based line number, bytes without newline or None if oversized, complete?, size)."""
     with path.open("rb") as fh:
@@ -336,7 +285,6 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
             complete = raw.endswith(b"\n")
             yield lineno, raw[:-1] if complete else raw, complete, len(raw)
 
-
 def _complete_lines(path: Path) -> int:
     """How many newline-terminated lines ``path`` holds, counted without keeping any."""
     count = 0
@@ -344,7 +292,6 @@ def _complete_lines(path: Path) -> int:
         while chunk := fh.read(1 << 20):
             count += chunk.count(b"\n")
     return count
-
 
 def _parse_ts(ts: Any) -> datetime | None:
     if not isinstance(ts, str) or len(ts) > 40:
@@ -354,14 +301,12 @@ def _parse_ts(ts: Any) -> datetime | None:
     except ValueError:
         return None
 
-
 def _short_value(value: Any, limit: int = 60) -> str:
     if isinstance(value, str):
         return one_line(value, limit)
     if is_blob_ref(value):
         return f"<{value.get('size', '?')} bytes>"
     return one_line(json.dumps(value, ensure_ascii=False, default=str), limit)
-
 
 def short_args(tool: str, args: Any) -> str:
     """A tool call's arguments in short (raw; made inert by one_line)."""
@@ -392,10 +337,8 @@ def short_args(tool: str, args: Any) -> str:
     parts = [f"{key}={_short_value(value, 40)}" for key, value in list(args.items())[:6]]
     return ", ".join(parts)
 
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
-
 
 def _number(value: Any) -> int | float | None:
     """A count or cap that arithmetic and the chart can take (a forged line may hold 1e999
@@ -406,10 +349,8 @@ def _number(value: Any) -> int | float | None:
         return value
     return None
 
-
 def _int(value: Any) -> int | None:
     return value if type(value) is int else None
-
 
 def _violations(details: Any) -> list[Violation]:
     found = details.get("new_violations") if isinstance(details, dict) else None
@@ -427,13 +368,11 @@ def _violations(details: Any) -> list[Violation]:
             ranks=", ".join(map(str, ranks)) if isinstance(ranks, list) else ""))
     return out
 
-
 def diagnostic_tools() -> frozenset[str]:
     """The tools that only the treatment arm gets: the diagnostics (TrainCheck)."""
     from harness.agent.toolsets import EXTRA_TOOLS
 
     return frozenset(EXTRA_TOOLS)
-
 
 def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> None:
     """Fill the timeline fields of one event from its data (raw, never trusted)."""
@@ -501,7 +440,6 @@ def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> Non
         event.summary = _short_value(d, 200)
     event.diagnostic = event.tool in diagnostics
 
-
 def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
     """The reasoning a provider returned with a turn (Anthropic thinking blocks), raw."""
     blocks = data.get("provider_content")
@@ -518,7 +456,6 @@ def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
             found.append(block.get("thinking", block.get("text", block.get("summary", ""))))
     return found
 
-
 def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     path = AttemptPaths(root=folder).record
     if not path.is_file():
@@ -528,7 +465,6 @@ def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     except (ValueError, OSError) as exc:  # ValidationError and JSON errors are ValueErrors
         return None, f"{RECORD_NAME} cannot be read: {one_line(str(exc), 200)}"
     return record.model_dump(mode="json"), None
-
 
 def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | None:
     grades = (record or {}).get("grades") or []
@@ -555,7 +491,6 @@ def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | No
         grade.problem = f"{path.name} is not a grade report: {type(exc).__name__}"
     return grade
 
-
 def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
     path = AttemptPaths(root=folder).snapshot_grades
     if not path.is_file():
@@ -567,7 +502,6 @@ def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
     except (ValueError, AttributeError, TypeError, KeyError):
         return {}
 
-
 def _verification(target: Path, complete_lines: int) -> Verification:
     verdict = verify_attempt(target)
     result = Verification(ok=verdict.ok, events=verdict.events, error=verdict.error,
@@ -578,7 +512,6 @@ def _verification(target: Path, complete_lines: int) -> Verification:
         else:
             result.at_end = True
     return result
-
 
 def load(target: Path) -> Replay:
     """Verify ``target`` (an attempt folder or its transcript), then read every line."""
@@ -675,66 +608,6 @@ def load(target: Path) -> Replay:
                   record=record, record_problem=record_problem, events=events, caps=caps,
                   deadline_s=deadline, snapshots=snapshots, grade=final)
 
-
-# -- filtering ------------------------------------------------------------------------------------
-
-
-class Filters(BaseModel):
-    kinds: list[str] = Field(default_factory=list)
-    tools: list[str] = Field(default_factory=list)
-    grep: str | None = None
-
-    def active(self) -> bool:
-        return bool(self.kinds or self.tools or self.grep)
-
-
-def searchable(replay: Replay, event: ReplayEvent) -> str:
-    """The text a search looks in: kind, tool, problem, and every string of the data (blobs
-    read, each up to SEARCH_TEXT_BYTES)."""
-    parts = [event.kind, event.tool or "", event.problem or ""]
-
-    def walk(value: Any, depth: int) -> None:
-        if depth > 64:
-            return
-        if isinstance(value, str):
-            parts.append(value[:SEARCH_TEXT_BYTES])
-        elif is_blob_ref(value):
-            parts.append(replay.text(value, SEARCH_TEXT_BYTES).text)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                parts.append(str(key))
-                walk(item, depth + 1)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, depth + 1)
-        elif value is not None:
-            parts.append(str(value))
-
-    walk(event.data, 0)
-    return "\n".join(parts)
-
-
-def select(replay: Replay, filters: Filters) -> list[ReplayEvent]:
-    """The events that pass every filter; a damaged line always does (never hidden)."""
-    needle = filters.grep.casefold() if filters.grep else None
-    chosen = []
-    for event in replay.events:
-        if event.status == "damaged":
-            chosen.append(event)
-            continue
-        if filters.kinds and event.kind not in filters.kinds:
-            continue
-        if filters.tools and event.tool not in filters.tools:
-            continue
-        if needle is not None and needle not in searchable(replay, event).casefold():
-            continue
-        chosen.append(event)
-    return chosen
-
-
-# -- digests the viewer checks --------------------------------------------------------------------
-
-
 def manifest_digests(folder: Path) -> dict[str, str]:
     """The manifest's file digests (empty when there is none or it is not one)."""
     capped = read_capped(AttemptPaths(root=folder).manifest, GRADE_JSON_MAX_BYTES)
@@ -743,7 +616,6 @@ def manifest_digests(folder: Path) -> dict[str, str]:
     except (ValueError, AttributeError):
         return {}
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
-
 
 def digest_note(path: Path, rel: str, manifest: dict[str, str]) -> str:
     """Whether a file outside the chain still matches the manifest."""
@@ -754,7 +626,6 @@ def digest_note(path: Path, rel: str, manifest: dict[str, str]) -> str:
     if listed is None:
         return "not in the manifest"
     return "matches the manifest" if listed == actual else "DIFFERS from the manifest"
-
 
 def diff_note(replay: Replay, path: Path) -> str:
     """Whether submission.diff matches the digest the chain's ``diff`` event recorded."""
@@ -769,133 +640,3 @@ def diff_note(replay: Replay, path: Path) -> str:
         return "matches the digest in the transcript" + (
             "" if replay.verification.ok else " (an unverified transcript)")
     return "DIFFERS from the digest in the transcript"
-
-
-# -- the terminal timeline ------------------------------------------------------------------------
-
-
-def _cell(text: str, style: str = "") -> Text:
-    # A Text, never a str: rich would read "[bold]" in a str cell as markup.
-    return Text(inert_block(text), style=style)
-
-
-def _snapshot_grade_line(snapshot: Snapshot) -> str:
-    if snapshot.grade is None:
-        return "not graded"
-    counts: dict[str, int] = {}
-    for outcome in snapshot.grade.contracts.values():
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return f"{snapshot.grade.verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
-
-
-def _cap(replay: Replay, key: str) -> str:
-    cap = replay.caps.get(key)
-    return "" if cap is None else f"/{cap}"
-
-
-_COLUMNS = (("line", "right"), ("seq", "right"), ("+s", "right"), ("kind", "left"),
-            ("tool", "left"), ("detail", "left"), ("exit", "right"), ("tokens", "right"),
-            ("calls", "right"), ("runs", "right"), ("chain", "left"))
-
-
-def _banner_row(text: str) -> Text:
-    # Printed between two tables of the same widths, so that no column cuts it.
-    return _cell(text, "bold red")
-
-
-def print_timeline(replay: Replay, events: list[ReplayEvent], console: Console, *,
-                   filters: Filters | None = None) -> None:
-    """The header (verification first), one row per event, and the grades."""
-    ok = replay.verification.ok
-    console.print(_cell(replay.verification.line(), "bold green" if ok else "bold red"))
-    record = replay.record or {}
-    facts = [f"attempt {replay.attempt_dir}"]
-    if record:
-        facts.append(f"{record.get('study')}/{record.get('session_id')} attempt "
-                     f"{record.get('attempt')}: task {record.get('task')}, arm "
-                     f"{record.get('arm')}, model {record.get('model')}, status "
-                     f"{record.get('status')}, outcome {record.get('outcome')}")
-    elif replay.record_problem:
-        facts.append(replay.record_problem)
-    for fact in facts:
-        console.print(_cell(one_line(fact, 400)))
-
-    rows: list[list[Text] | Text] = []
-    snapshots = {s.line: s for s in replay.snapshots}
-    broken_at = replay.verification.break_line
-    marked = False
-    for event in events:
-        if broken_at is not None and not marked and event.line >= broken_at:
-            marked = True
-            rows.append(_banner_row(
-                f"---- the chain breaks at line {broken_at}: {replay.verification.error} ----"))
-        if event.status == "damaged":
-            rows.append([_cell(str(event.line)), _cell(""), _cell(""), _cell("DAMAGED", "red"),
-                         _cell(""), _cell(one_line(event.problem or "", 200), "red"),
-                         *(_cell("") for _ in range(4)), _cell("DAMAGED", "bold red")])
-            continue
-        detail = one_line(event.summary, 200)
-        if event.line in snapshots:
-            detail += f" -> grade: {_snapshot_grade_line(snapshots[event.line])}"
-        style = "red" if event.status == "unverified" else (
-            "magenta" if event.diagnostic else "")
-        p = event.progress
-        rows.append([
-            _cell(str(event.line)), _cell("" if event.seq is None else str(event.seq)),
-            _cell("" if event.offset_s is None else f"{event.offset_s:.1f}"),
-            _cell(one_line(event.kind, 30), style), _cell(one_line(event.tool or "", 24), style),
-            _cell(detail, style), _cell("" if event.exit_code is None else str(event.exit_code)),
-            _cell(f"{p.tokens_total}{_cap(replay, 'tokens_total')}"),
-            _cell(f"{p.tool_calls}{_cap(replay, 'tool_calls')}"),
-            _cell(f"{p.candidate_runs}{_cap(replay, 'candidate_runs')}"),
-            _cell("ok" if event.status == "verified" else "UNVERIFIED",
-                  "green" if event.status == "verified" else "bold red")])
-    if replay.verification.at_end:
-        rows.append(_banner_row(f"---- the transcript's end does not match the record: "
-                                f"{replay.verification.error} ----"))
-    # Every column but the detail as wide as its widest cell; the detail takes what is left
-    # and is cut (one row per event; the HTML viewer has everything whole).
-    cells = [r for r in rows if isinstance(r, list)]
-    widths = [max([len(name)] + [r[i].cell_len for r in cells if name != "detail"])
-              for i, (name, _justify) in enumerate(_COLUMNS)]
-    detail_column = _COLUMNS.index(("detail", "left"))
-    rest = sum(w for i, w in enumerate(widths) if i != detail_column) + 2 * (len(_COLUMNS) - 1)
-    widths[detail_column] = max(30, console.width - rest)
-
-    def new_table(header: bool) -> Table:
-        table = Table(show_header=header, pad_edge=False, box=None, header_style="bold")
-        for (name, justify), width in zip(_COLUMNS, widths, strict=True):
-            table.add_column(name, justify=justify, no_wrap=True,  # type: ignore[arg-type]
-                             overflow="ellipsis", width=width)
-        return table
-
-    table = new_table(header=True)
-    for row in rows:
-        if isinstance(row, Text):
-            console.print(table)
-            console.print(row)
-            table = new_table(header=False)
-        else:
-            table.add_row(*row)
-    console.print(table)
-
-    shown = f"{len(events)} of {len(replay.events)} lines shown"
-    if filters is not None and filters.active():
-        shown += (f" (filters: kind {filters.kinds or 'any'}, tool {filters.tools or 'any'}, "
-                  f"grep {filters.grep!r}; damaged lines are always shown)")
-    console.print(_cell(shown))
-    for snapshot in replay.snapshots:
-        console.print(_cell(one_line(
-            f"snapshot {snapshot.id} (line {snapshot.line}, +{snapshot.offset_s} s, after "
-            f"{snapshot.trigger}): {len(snapshot.files_changed)} file(s); grade: "
-            f"{_snapshot_grade_line(snapshot)}", 300)))
-    if replay.grade is not None:
-        counts: dict[str, int] = {}
-        for contract in replay.grade.contracts:
-            counts[contract.outcome] = counts.get(contract.outcome, 0) + 1
-        console.print(_cell(one_line(
-            f"final grade ({replay.grade.folder}): {replay.grade.shown}; contracts "
-            + (", ".join(f"{k} {v}" for k, v in counts.items()) or "-")
-            + (f"; {replay.grade.problem}" if replay.grade.problem else ""), 400)))
-    else:
-        console.print(_cell("final grade: not graded"))

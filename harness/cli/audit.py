@@ -93,11 +93,11 @@ def replay_timeline(
     A broken chain is shown where it breaks, and every event from there on is marked
     UNVERIFIED; a damaged line is always shown, whatever the filters.
     """
-    from harness.audit import replay as rp
+    from harness.audit import timeline
 
     loaded = _load_replay(attempt, runs)
-    filters = rp.Filters(kinds=kind or [], tools=tool or [], grep=grep)
-    rp.print_timeline(loaded, rp.select(loaded, filters), console, filters=filters)
+    filters = timeline.Filters(kinds=kind or [], tools=tool or [], grep=grep)
+    timeline.print_timeline(loaded, timeline.select(loaded, filters), console, filters=filters)
     if not loaded.verification.ok:
         sys.exit(1)
 
@@ -148,12 +148,12 @@ def replay_reexecute(attempt: ReplayAttempt, runs: RunsOption = DEFAULT_RUNS) ->
     divergence."""
     from rich.text import Text
 
-    from harness.audit import replay as rp
     from harness.audit.reexecute import reexecute as run_again
     from harness.audit.reexecute import report_lines
+    from harness.audit.text import inert_block
 
     def inert(message: str) -> None:
-        console.print(Text(rp.inert_block(message)), soft_wrap=True)
+        console.print(Text(inert_block(message)), soft_wrap=True)
 
     loaded = _load_replay(attempt, runs)
     inert(loaded.verification.line())
