@@ -13,7 +13,7 @@ mutants). A judge command (``python -m grading.judge_main``: pytest) then connec
 worker's judge daemon there (``grading.warm_start.connect_daemon``: one per judge environment
 without its per-run variables, started if none answers), which imported :data:`PRELOAD` once
 and forks a *session* for each connection. The session is a warm server exactly as the candidate's
-(``grading.warm_start._serve``): each request forks a child that becomes the requested process
+(``grading.warm_server.serve``): each request forks a child that becomes the requested process
 (new session, stdio on the run's log, every other descriptor closed, the environment, folder,
 ``sys.path``, ``__main__`` and random state of a fresh interpreter), only here the uid, groups
 and umask stay the judge's own. The daemon outlives each ``grading.mutants`` process and ends
@@ -50,7 +50,7 @@ PRELOAD = (
 MAX_SESSIONS = 2
 
 _folder: Path | None = None
-_sessions: dict[str, warm_start._Server] = {}
+_sessions: dict[str, warm_start.Server] = {}
 _started = 0
 
 
@@ -78,7 +78,7 @@ def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str],
     """Start the judge command ``argv`` forked from the daemon, or None (start it fresh)."""
     global _started
     entry = warm_start.entry_of(argv)
-    identity = warm_start._identity_env(env)
+    identity = warm_start.identity_env(env)
     if _folder is None or entry is None or identity is None:
         return None
     server = _session(_folder, identity)
@@ -100,7 +100,7 @@ def _umask() -> int:
     return 0o022
 
 
-def _session(folder: Path, identity: dict[str, str]) -> warm_start._Server | None:
+def _session(folder: Path, identity: dict[str, str]) -> warm_start.Server | None:
     key = json.dumps(identity, sort_keys=True)
     server = _sessions.get(key)
     if server is not None:
@@ -111,7 +111,7 @@ def _session(folder: Path, identity: dict[str, str]) -> warm_start._Server | Non
     if connected is None:
         return None
     sock, log = connected
-    server = _sessions[key] = warm_start._Server(identity, connected=sock, log=log)
+    server = _sessions[key] = warm_start.Server(identity, connected=sock, log=log)
     return server
 
 

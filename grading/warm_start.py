@@ -10,7 +10,7 @@ must see each process start) always start fresh interpreters.
 How: the judge uses a *warm server*: a root process with no candidate code in it that imported
 torch and the distributed modules and then only forks. In mutation analysis it is a session of
 the worker's daemon (:func:`connect_daemon`: imported once for all the worker's grades);
-otherwise the judge starts one of its own (``python -m grading.warm_start FD``). For each
+otherwise the judge starts one of its own (``python -m grading.warm_server FD``). For each
 candidate command whose argv is ``python [-u] script ...`` or ``python [-u] -m module ...``
 on this interpreter, the judge sends the request (argv, folder, environment, the write end of
 the log pipe); the server forks, and the child does what
@@ -38,11 +38,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import gc
 import hashlib
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -58,32 +56,43 @@ from typing import Any, NamedTuple
 from grading import sealed
 
 WARM_START_VAR = "GRADING_WARM_START"
+
 # The judge's: the worker's folder (only root reaches it) where per-worker daemons listen
 # (see :func:`connect_daemon`); unset, each judge starts servers of its own.
 DAEMONS_VAR = "GRADING_WARM_DAEMONS"
+
 # Read when a process starts a run, not when it imports: a server serves every value.
 PER_RUN_VARS = frozenset({
     "GRADING_RUN_ID", "HOME", "TMPDIR", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
     "GLOO_SOCKET_IFNAME", WARM_START_VAR, DAEMONS_VAR,
 })
+
 # The coverage hook (grading.trace) acts at interpreter start: such a process is never warm.
 COLD_ONLY_PREFIXES = ("GRADING_TRACE_",)
+
 # What every candidate process of a grade imports (measured: 2-2.5 s of each short run).
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint",
            "torch.distributed.fsdp", "torch.nn.parallel", "torch.optim")
+
 MAX_SERVERS = 3
+
 # A daemon nobody connected to for this long exits (a worker grades a mutant every few seconds).
 IDLE_EXIT_S = 1800.0
+
 # The kernel's limit on a Unix socket's path (sun_path), terminator included.
 _MAX_SOCKET_PATH = 107
+
 # Imports take 3-10 s on a loaded 2-core host; well below a hidden check's own limit (>= 60 s),
 # so a server that never comes up costs a check time, never its verdict.
 READY_TIMEOUT_S = 45.0
-_MAX_MESSAGE = 1 << 20
+
+MAX_MESSAGE = 1 << 20
+
 # Below the kernel's limit for one datagram on a local socket (net.core.wmem_default, ~208 KiB).
-_MAX_REQUEST = 128 * 1024
-_POLL_S = 0.01
+MAX_REQUEST = 128 * 1024
+
+POLL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -146,21 +155,17 @@ def read_tally(path: Path) -> Tally:
     return total
 
 
-def _identity_env(env: Mapping[str, str]) -> dict[str, str] | None:
+def identity_env(env: Mapping[str, str]) -> dict[str, str] | None:
     """The part of ``env`` a server is started with (None: this environment must start cold)."""
     if any(k.startswith(COLD_ONLY_PREFIXES) for k in env):
         return None
     return {k: v for k, v in env.items() if k not in PER_RUN_VARS}
 
 
-# ---------------------------------------------------------------------------------------------
-# The judge's side
-
-
 class WarmProcess:
     """A child of a warm server, driven like a ``Popen`` whose exit is reported by the server."""
 
-    def __init__(self, server: _Server, pid: int) -> None:
+    def __init__(self, server: Server, pid: int) -> None:
         self.server = server
         self.pid = pid
         self.returncode: int | None = None
@@ -190,7 +195,7 @@ def server_env(identity: Mapping[str, str]) -> dict[str, str]:
     return dict(identity, HOME="/nonexistent", TMPDIR=tempfile.gettempdir())
 
 
-class _Server:
+class Server:
     """The judge's end of one server: its own process (``connected`` None), or a session a
     worker's daemon forked for this connection (:func:`connect_daemon`)."""
 
@@ -221,7 +226,7 @@ class _Server:
                 # Its own session: a signal to the judge's group does not reach it; it exits
                 # when the judge's end of the socket closes.
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "grading.warm_start", str(theirs.fileno())],
+                    [sys.executable, "-m", "grading.warm_server", str(theirs.fileno())],
                     cwd="/", env=server_env(identity), stdin=subprocess.DEVNULL, stdout=fh,
                     stderr=fh, pass_fds=[theirs.fileno()], start_new_session=True)
             theirs.close()
@@ -230,7 +235,7 @@ class _Server:
     def _read(self) -> None:
         try:
             while True:
-                data = self.sock.recv(_MAX_MESSAGE)
+                data = self.sock.recv(MAX_MESSAGE)
                 if not data:
                     break
                 msg = json.loads(data)
@@ -294,7 +299,7 @@ class _Server:
             self.next_id += 1
             request["id"] = rid = self.next_id
             data = json.dumps(request).encode()
-            if len(data) > _MAX_REQUEST:
+            if len(data) > MAX_REQUEST:
                 return None  # a huge environment: started fresh
             self.outstanding.add(rid)
             try:
@@ -339,12 +344,13 @@ class _Server:
                 self.sock.shutdown(socket.SHUT_RDWR)
 
 
-_servers: dict[str, _Server] = {}
+_servers: dict[str, Server] = {}
+
 _servers_lock = threading.Lock()
 
 
-def _server_for(env: Mapping[str, str]) -> _Server | None:
-    identity = _identity_env(env)
+def _server_for(env: Mapping[str, str]) -> Server | None:
+    identity = identity_env(env)
     if identity is None:
         return None
     key = json.dumps(identity, sort_keys=True)
@@ -357,7 +363,7 @@ def _server_for(env: Mapping[str, str]) -> _Server | None:
         return server
 
 
-def _new_server(identity: dict[str, str]) -> _Server:
+def _new_server(identity: dict[str, str]) -> Server:
     """A session of the worker's daemon for ``identity`` when there are worker daemons (its
     imports were done once, by an earlier grade), else a server process of this judge's own."""
     folder = os.environ.get(DAEMONS_VAR, "")
@@ -365,8 +371,8 @@ def _new_server(identity: dict[str, str]) -> _Server:
         connected = connect_daemon(Path(folder), "server", identity, PRELOAD)
         if connected is not None:
             sock, log = connected
-            return _Server(identity, connected=sock, log=log)
-    return _Server(identity)
+            return Server(identity, connected=sock, log=log)
+    return Server(identity)
 
 
 def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str], log_fd: int,
@@ -392,10 +398,6 @@ def _close_servers() -> None:
             fh.write(json.dumps(_tally) + "\n")
 
 
-# ---------------------------------------------------------------------------------------------
-# Worker daemons
-
-
 def connect_daemon(folder: Path, kind: str, identity: dict[str, str],
                    preload: Sequence[str]) -> tuple[socket.socket, Path] | None:
     """A connection to the worker's daemon of this ``kind`` and ``identity`` in ``folder``
@@ -407,7 +409,7 @@ def connect_daemon(folder: Path, kind: str, identity: dict[str, str],
     the daemon outlives them. It imports ``preload`` once with ``identity`` as its environment
     (so its key: ``<kind>-<digest>.sock``), listens in ``folder`` (root's, 0700: the candidate
     uid cannot connect), and forks a *session* per connection that is a server exactly like a
-    judge's own (:func:`_serve`); closing the connection ends the session and what it forked.
+    judge's own (:func:`serve`); closing the connection ends the session and what it forked.
     It exits after :data:`IDLE_EXIT_S` unused, or with its container.
     """
     path = daemon_path(folder, kind, identity, preload)
@@ -427,7 +429,7 @@ def connect_daemon(folder: Path, kind: str, identity: dict[str, str],
             # Its own session, and no descriptor of this process's: it outlives this process
             # (the next mutant's grade connects to it) and is no part of any run's group.
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "grading.warm_start", "--daemon", str(path), *preload],
+                [sys.executable, "-m", "grading.warm_server", "--daemon", str(path), *preload],
                 cwd="/", env=dict(server_env(identity), TMPDIR=str(tmp)),
                 stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True,
                 close_fds=True)
@@ -459,403 +461,3 @@ def _connect(path: Path) -> socket.socket | None:
         sock.close()
         return None
     return sock
-
-
-# ---------------------------------------------------------------------------------------------
-# The server
-
-
-def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
-    sock.send(json.dumps(msg).encode())
-
-
-def _returncode(pid: int) -> int | None:
-    """The exit of child ``pid`` as ``Popen.returncode`` words it, leaving it unreaped."""
-    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    if info is None:
-        return None
-    if info.si_code == os.CLD_EXITED:
-        return info.si_status
-    return -info.si_status
-
-
-def _shadowed(msg: dict[str, Any]) -> list[str]:
-    """Modules this server imported that the request's own path would import from elsewhere:
-    a fresh interpreter would pick the candidate's file, a warm one has the server's."""
-    loaded = {name for name in sys.modules if "." not in name}
-    found = []
-    for folder in [_first_path_entry(msg), *_pythonpath(msg["env"], msg["cwd"])]:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            stem = name.split(".", 1)[0]
-            top = (name.endswith((".py", ".pyc", ".so"))
-                   or os.path.isfile(os.path.join(folder, name, "__init__.py")))
-            if top and stem in loaded:
-                found.append(os.path.join(folder, name))
-    return found
-
-
-def _freeze_heap() -> None:
-    """What the imports made, out of the cyclic collector's sight, as the ``gc`` module's
-    documentation advises before forking without exec: no collection in a child walks those
-    objects, so none copies their pages. Measured in the grader image (a child forked from a
-    server holding torch, then exiting as the interpreter does): 1.3-1.7 s from fork to exit
-    without it, 0.5-0.7 s with it, most of it Python's finalization. A child's own objects are
-    collected as ever. What differs for the child: the cyclic collector never collects the
-    server's objects (a cycle through one of them waits for the exit), and ``gc.get_objects``
-    and ``gc.get_referrers`` do not list them; no hidden check or task uses ``gc``."""
-    gc.collect()
-    gc.freeze()
-
-
-def _serve(fd: int, preload: Sequence[str] = PRELOAD) -> None:
-    sock = socket.socket(fileno=fd)
-    for name in preload:
-        __import__(name)
-    # Forking is safe only from a single-threaded process (and torch must not have started its
-    # thread pools: nothing here runs an op).
-    if threading.active_count() != 1:
-        raise SystemExit(f"warm server: {threading.active_count()} threads after the imports")
-    _freeze_heap()
-    base_path = [p for p in sys.path[1:] if p not in _pythonpath(os.environ)]
-    children: dict[int, bool] = {}  # pid -> its exit was reported
-    server = os.getpid()
-    try:
-        _send(sock, {"ready": True})
-        while True:
-            ready, _, _ = select.select([sock], [], [], _POLL_S)
-            if ready:
-                data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
-                if not data:
-                    break
-                msg = json.loads(data)
-                op = msg.get("op", "start")
-                if op == "start":
-                    pid = _fork(sock, msg, fds[0], base_path)
-                    if pid is not None:
-                        children[pid] = False
-                elif op == "release" and int(msg["pid"]) in children:
-                    os.waitpid(int(msg["pid"]), 0)
-                    del children[int(msg["pid"])]
-                for extra in fds[1 if op == "start" else 0:]:
-                    os.close(extra)
-            for pid, reported in children.items():
-                if not reported and (code := _returncode(pid)) is not None:
-                    _send(sock, {"exited": pid, "returncode": code})
-                    children[pid] = True
-    finally:
-        # A child's exit unwinds through here too (it never returns, it raises SystemExit
-        # out of _become): only the server itself may clean up. The judge is gone, or this
-        # server failed: nothing it started may outlive it.
-        if os.getpid() == server:
-            for pid in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(pid, 0)
-
-
-def _fork(sock: socket.socket, msg: dict[str, Any], log_fd: int,
-          base_path: list[str]) -> int | None:
-    """Fork the requested child and tell the judge its pid, or why it must start fresh."""
-    why = None
-    if msg["kind"] == "script" and _not_source(_script_path(msg)):
-        why = "the script is a folder or a zip archive (the interpreter runs its __main__)"
-    elif shadowed := _shadowed(msg):
-        why = f"the request's path shadows a preloaded module ({shadowed[0]})"
-    else:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        server = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError as exc:  # e.g. the pids limit
-            why = f"fork failed: {exc}"
-        else:
-            if pid == 0:
-                _become(msg, log_fd, sock, base_path, server)  # never returns
-    os.close(log_fd)
-    if why is not None:
-        _send(sock, {"id": msg["id"], "error": why})
-        return None
-    _send(sock, {"id": msg["id"], "pid": pid})
-    return pid
-
-
-def _env_flag(env: Mapping[str, str], name: str) -> bool:
-    """A PYTHON* switch as the interpreter reads it: a number is its level, other text is on."""
-    value = env.get(name, "")
-    try:
-        return int(value) > 0 if value else False
-    except ValueError:
-        return True
-
-
-def _not_source(path: str) -> bool:
-    import zipfile
-
-    if not os.path.exists(path):
-        return False  # the child reports it as the interpreter does
-    return not os.path.isfile(path) or zipfile.is_zipfile(path)
-
-
-def _pythonpath(env: Mapping[str, str], cwd: str = "/") -> list[str]:
-    """PYTHONPATH's entries as the interpreter puts them on sys.path: relative ones (an empty
-    one is the working folder) made absolute against ``cwd``."""
-    raw = env.get("PYTHONPATH", "")
-    return [os.path.abspath(os.path.join(cwd, p)) for p in raw.split(os.pathsep)] if raw else []
-
-
-def _script_path(msg: dict[str, Any]) -> str:
-    # As CPython names a script run as __main__: joined to the working folder, not normalised.
-    target: str = msg["target"]
-    return target if os.path.isabs(target) else os.path.join(msg["cwd"], target)
-
-
-def _first_path_entry(msg: dict[str, Any]) -> str:
-    """sys.path[0] of the interpreter: the working folder for ``-m``, else the script's own
-    folder (links resolved)."""
-    if msg["kind"] == "module":
-        return str(msg["cwd"])
-    return os.path.dirname(os.path.realpath(_script_path(msg)))
-
-
-def _set_dumpable() -> None:
-    # Changing uid without exec leaves the process non-dumpable (its /proc files root's): exec
-    # would have made it dumpable again, so do what exec does.
-    import ctypes
-
-    pr_set_dumpable = 4
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 1, 0, 0, 0)
-
-
-def _die_with(server: int) -> None:
-    """SIGKILL when the server goes. A child forked but not yet reported to the judge (the
-    server died in between) is known to nobody: no judge would kill it, and a warm process
-    carries no run marker in its initial environment for the sweep to find. Set after the
-    credentials change (which clears it); the parent may already be gone."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != server:
-        os._exit(127)
-
-
-_kept_streams: list[Any] = []
-
-
-def _stdio(unbuffered: bool) -> None:
-    """The standard streams as the interpreter makes them (``create_stdio``)."""
-    import io
-
-    # The server's stream objects own fds 0-2; keep them alive so that collecting them never
-    # closes the descriptors the child now writes to.
-    _kept_streams.extend([sys.stdin, sys.stdout, sys.stderr])
-    encoding, errors = sys.stdout.encoding, sys.stdout.errors or "strict"
-
-    def stream(fd: int, name: str, mode: str, err: str, line: bool) -> io.TextIOWrapper:
-        raw = io.FileIO(fd, mode, closefd=False)
-        raw.name = name  # as create_stdio names it
-        size = os.fstat(fd).st_blksize or io.DEFAULT_BUFFER_SIZE
-        buffer: Any
-        if mode == "r":
-            buffer = io.BufferedReader(raw, size)
-        else:
-            buffer = raw if unbuffered else io.BufferedWriter(raw, size)
-        return io.TextIOWrapper(buffer, encoding=encoding, errors=err, line_buffering=line,
-                                write_through=unbuffered)
-
-    sys.stdin = stream(0, "<stdin>", "r", errors, False)
-    sys.stdout = stream(1, "<stdout>", "w", errors, False)
-    # stderr is line-buffered unless the streams are unbuffered altogether.
-    sys.stderr = stream(2, "<stderr>", "w", "backslashreplace", not unbuffered)
-    # The interpreter's own handles too (a fresh process has them equal to the streams).
-    setattr(sys, "__stdin__", sys.stdin)  # noqa: B010 - they are Final to type checkers
-    setattr(sys, "__stdout__", sys.stdout)  # noqa: B010
-    setattr(sys, "__stderr__", sys.stderr)  # noqa: B010
-
-
-def _fresh_state(cwd: str) -> None:
-    """What each fresh interpreter draws anew: Python's, numpy's and torch's default random
-    generators, multiprocessing's auth key and starting folder."""
-    import random
-
-    random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-    if "torch" in sys.modules:
-        sys.modules["torch"].default_generator.seed()
-    if "multiprocessing.process" in sys.modules:
-        mp = sys.modules["multiprocessing.process"]
-        mp.current_process().authkey = os.urandom(32)
-        setattr(mp, "ORIGINAL_DIR", cwd)  # noqa: B010 - not in the stubs
-
-
-def _main_module(msg: dict[str, Any]) -> Any:
-    """A new ``__main__`` module, installed for good (as the interpreter's own is)."""
-    import builtins
-    import types
-
-    main = types.ModuleType("__main__")
-    main.__builtins__ = builtins  # type: ignore[attr-defined]
-    if msg["kind"] == "script":
-        from importlib.machinery import SourceFileLoader
-
-        path = _script_path(msg)
-        main.__file__ = path
-        main.__loader__ = SourceFileLoader("__main__", path)
-        main.__package__ = None
-        main.__spec__ = None
-        main.__cached__ = None  # type: ignore[attr-defined]
-    sys.modules["__main__"] = main
-    if "__mp_main__" in sys.modules:  # multiprocessing's alias of the interpreter's __main__
-        sys.modules["__mp_main__"] = main
-    return main
-
-
-def _print_uncaught(exc: BaseException) -> None:
-    """``sys.excepthook`` on ``exc`` without this module's frames in front, as a fresh
-    interpreter shows it (runpy's stay: ``python -m`` shows them too)."""
-    ours = _print_uncaught.__code__.co_filename
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == ours:
-        tb = tb.tb_next
-    # The hook prints the exception's own traceback, whatever it is passed: trim that.
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-
-
-def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
-            base_path: list[str], server: int) -> None:
-    """In the forked child: become the candidate process ``msg`` asks for, run it, exit."""
-    try:
-        sock.close()
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2:
-                with contextlib.suppress(OSError):
-                    os.close(int(name))
-        os.chdir(msg["cwd"])
-        os.setgroups(msg.get("groups", []))
-        os.setresgid(msg["gid"], msg["gid"], msg["gid"])
-        os.setresuid(msg["uid"], msg["uid"], msg["uid"])
-        os.umask(msg["umask"])
-        _set_dumpable()
-        _die_with(server)
-        env: dict[str, str] = msg["env"]
-        os.environ.clear()
-        os.environ.update(env)
-        tempfile.tempdir = None  # computed again from this TMPDIR
-        # The server's flags come from the same variables (they are part of its identity).
-        sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
-        _stdio(msg["unbuffered"] or _env_flag(env, "PYTHONUNBUFFERED"))
-        _fresh_state(msg["cwd"])
-        sys.path[:] = [_first_path_entry(msg), *_pythonpath(env, msg["cwd"]), *base_path]
-        main = _main_module(msg)
-    except BaseException as exc:  # the child must never return into the server loop
-        # Said in the run's log (fd 2, if it got that far): the run then reads as a crash.
-        with contextlib.suppress(BaseException):
-            os.write(2, f"[grading] warm start failed in the child: {exc!r}\n".encode())
-        os._exit(127)
-    try:
-        if msg["kind"] == "module":
-            import runpy
-
-            sys.argv = ["-m", *msg["args"]]  # argv[0] becomes the module's file, as with -m
-            runpy._run_module_as_main(msg["target"], True)  # type: ignore[attr-defined]
-        else:
-            path = _script_path(msg)
-            try:
-                with open(path, "rb") as fh:
-                    source = fh.read()
-            except OSError as exc:
-                print(f"{sys.executable}: can't open file {path!r}: [Errno {exc.errno}] "
-                      f"{exc.strerror}", file=sys.stderr)
-                raise SystemExit(2) from None
-            sys.argv = [msg["target"], *msg["args"]]
-            # dont_inherit: this module's own __future__ imports must not reach the script.
-            exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
-    except SystemExit:
-        raise
-    except KeyboardInterrupt as exc:
-        # As the interpreter ends on an uncaught KeyboardInterrupt: by SIGINT, after its report.
-        _print_uncaught(exc)
-        import atexit as exit_handlers
-
-        exit_handlers._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        os._exit(130)
-    except BaseException as exc:
-        _print_uncaught(exc)
-        raise SystemExit(1) from None
-    raise SystemExit(0)
-
-
-def _daemon(path: str, preload: Sequence[str]) -> None:
-    """A worker daemon (:func:`connect_daemon`): import, listen, fork a session per client."""
-    for name in preload:
-        # Only a head start: a module this torch lacks is imported (or not) by the process.
-        with contextlib.suppress(ImportError):
-            __import__(name)
-    # Its sessions fork from it, and their children from them (each session freezes again
-    # what it added).
-    _freeze_heap()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    # Bound under a name of its own, then moved into place: a client connects only once it
-    # listens, and a stale socket of a dead daemon is replaced in one step.
-    staging = f"{path}.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(staging)
-    listener.bind(staging)
-    listener.listen(8)
-    ours = os.stat(staging).st_ino
-    os.replace(staging, path)
-    sessions: set[int] = set()
-    last_used = time.monotonic()
-    while True:
-        ready, _, _ = select.select([listener], [], [], 1.0)
-        if ready:  # before any exit: a client that connected is served
-            conn, _ = listener.accept()
-            pid = os.fork()
-            if pid == 0:
-                listener.close()
-                # Serves this connection until it closes; a process forked from here leaves by
-                # SystemExit, which must reach the interpreter's top (its exit code): no
-                # handler between here and there.
-                _serve(conn.detach(), ())
-                raise SystemExit(0)
-            conn.close()
-            sessions.add(pid)
-        for pid in list(sessions):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                sessions.discard(pid)
-        if sessions or ready:
-            last_used = time.monotonic()
-        try:
-            replaced = os.stat(path).st_ino != ours
-        except FileNotFoundError:
-            replaced = True
-        if replaced:
-            return  # another daemon took the path: its clients are its own
-        if not sessions and time.monotonic() - last_used > IDLE_EXIT_S:
-            os.unlink(path)
-            return
-
-
-if __name__ == "__main__":
-    if sys.argv[1] == "--daemon":
-        _daemon(sys.argv[2], sys.argv[3:])
-    else:
-        _serve(int(sys.argv[1]))

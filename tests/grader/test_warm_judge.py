@@ -226,20 +226,20 @@ def test_a_judge_forked_but_never_reported_dies_and_voids_the_grade(
     that judge, so the kernel kills it with its parent, and the grade is void."""
     env = judge_env(tmp_path)
     # The judge's identity as run_command builds it (the per-run variables left out).
-    identity = warm_start._identity_env({**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    identity = warm_start.identity_env({**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     assert identity is not None
     sock = warm_start.daemon_path(judge_folder, "judge", identity, warm_judge.PRELOAD)
     orphan = tmp_path / "orphan.pid"
     code = ("import os, signal, sys\n"
-            "from grading import warm_start\n"
-            "send = warm_start._send\n"
+            "from grading import warm_server\n"
+            "send = warm_server.send_message\n"
             "def dying_send(sock, msg):\n"
             "    if 'pid' in msg:\n"
             "        open(sys.argv[2], 'w').write(str(msg['pid']))\n"
             "        os.kill(os.getpid(), signal.SIGKILL)\n"
             "    send(sock, msg)\n"
-            "warm_start._send = dying_send\n"
-            "warm_start._daemon(sys.argv[1], ())\n")
+            "warm_server.send_message = dying_send\n"
+            "warm_server.daemon(sys.argv[1], ())\n")
     daemon = subprocess.Popen([sys.executable, "-c", code, str(sock), str(orphan)],
                               env=warm_start.server_env(identity), start_new_session=True)
     try:

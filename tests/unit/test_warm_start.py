@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from grading import warm_start
+from grading import warm_server, warm_start
 
 
 def test_only_this_interpreter_running_a_script_or_a_module_starts_warm() -> None:
@@ -26,16 +26,16 @@ def test_a_server_is_told_only_what_an_import_could_read() -> None:
     env = {"PATH": "/bin", "PYTHONHASHSEED": "0", "RANK": "1", "MASTER_PORT": "29500",
            "HOME": "/scratch", "GRADING_RUN_ID": "x", "PYTHONPATH": "/tree",
            warm_start.WARM_START_VAR: "1"}
-    assert warm_start._identity_env(env) == {"PATH": "/bin", "PYTHONHASHSEED": "0"}
+    assert warm_start.identity_env(env) == {"PATH": "/bin", "PYTHONHASHSEED": "0"}
     # The coverage hook acts at interpreter start: such a process must start fresh.
-    assert warm_start._identity_env({**env, "GRADING_TRACE_DIR": "/t"}) is None
+    assert warm_start.identity_env({**env, "GRADING_TRACE_DIR": "/t"}) is None
 
 
 def test_python_path_entries_and_switches_read_as_the_interpreter_reads_them() -> None:
     env = {"PYTHONPATH": os.pathsep.join(["/abs", "rel", ""])}
-    assert warm_start._pythonpath(env, "/work") == ["/abs", "/work/rel", "/work"]
-    assert warm_start._pythonpath({}, "/work") == []
-    flag = warm_start._env_flag
+    assert warm_server._pythonpath(env, "/work") == ["/abs", "/work/rel", "/work"]
+    assert warm_server._pythonpath({}, "/work") == []
+    flag = warm_server._env_flag
     assert [flag({"V": v}, "V") for v in ("", "0", "1", "2", "yes")] == [
         False, False, True, True, True]
     assert flag({}, "V") is False
