@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.infra import images
 from harness.infra.sandbox import OWNER_PID_LABEL
-from harness.oracle.strength import OracleStrengthReport, oracle_strength
+from harness.oracle.strength import OracleStrengthOptions, OracleStrengthReport, oracle_strength
 from harness.paths import REPO_ROOT
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
@@ -32,8 +32,10 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     (reports / "tiny-regression.equivalent.yaml").write_text(
         f"{EQUIVALENT}: one warmup step multiplies every step's lr by min(1, (s + 1) / 1) = 1, "
         "exactly what warmup 0 does\n")
-    report = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
-                             ids={KILLABLE, EQUIVALENT, UNREACHED}, log=lambda _m: None)
+    run = {"task": "tiny-regression", "packet_dir": FIXTURE, "hidden_dir": HIDDEN,
+           "runs_root": tmp_path / "run", "report_dir": reports}
+    report = oracle_strength(OracleStrengthOptions(**run, ids={KILLABLE, EQUIVALENT, UNREACHED}),
+                             log=lambda _m: None)
     assert report.reference_verdict == "complete" and report.coverage_recorded
     assert report.coverage_per_check and 0 < report.reference_duration_s < report.duration_s
     entries = {e.mutant.id: e for e in report.entries}
@@ -95,8 +97,8 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
 
     # Again, same grading code, image, hidden tree and reference: the reference's grade is
     # reused, not graded again, and the mutant fares the same with fresh interpreters.
-    again = oracle_strength("tiny-regression", FIXTURE, HIDDEN, tmp_path / "run", reports,
-                            ids={KILLABLE}, workers=1, warm_start=False, log=lambda _m: None)
+    again = oracle_strength(OracleStrengthOptions(**run, ids={KILLABLE}, workers=1,
+                                                  warm_start=False), log=lambda _m: None)
     assert again.reference_reused and again.workers == 1 and not again.warm_start
     cold = again.entries[0].result
     assert cold.processes_warm == cold.judges_warm == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -94,19 +95,33 @@ class InputEstimate:
         self.counted = len(messages)
 
 
-def run_agent(
-    provider: Provider,
-    tools: list[ToolSpec],
-    runner: ToolRunner,
-    ledger: Ledger,
-    transcript: TranscriptWriter,
-    *,
-    system_prompt: str,
-    task_md: str,
-    max_output_tokens: int,
-    tool_output_chars: int = 16_000,
-    snapshots: Snapshots | None = None,
-) -> AgentOutcome:
+@dataclass(frozen=True)
+class AgentParts:
+    """What one agent loop works with: the model, its tools and where their calls run, the
+    budget ledger, the transcript, and the trajectory snapshots (None: none are taken)."""
+
+    provider: Provider
+    tools: list[ToolSpec]
+    runner: ToolRunner
+    ledger: Ledger
+    transcript: TranscriptWriter
+    snapshots: Snapshots | None = None
+
+
+class AgentPrompt(BaseModel):
+    """What the model is told, and how much of each answer and tool output it gets."""
+
+    system_prompt: str
+    task_md: str
+    max_output_tokens: int
+    tool_output_chars: int = 16_000
+
+
+def run_agent(parts: AgentParts, prompt: AgentPrompt) -> AgentOutcome:
+    provider, tools, runner = parts.provider, parts.tools, parts.runner
+    ledger, transcript, snapshots = parts.ledger, parts.transcript, parts.snapshots
+    system_prompt, task_md = prompt.system_prompt, prompt.task_md
+    max_output_tokens, tool_output_chars = prompt.max_output_tokens, prompt.tool_output_chars
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": task_md},

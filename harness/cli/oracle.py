@@ -49,7 +49,7 @@ def oracle_strength_cmd(
     = False,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
-    from harness.oracle.strength import oracle_strength
+    from harness.oracle.strength import OracleStrengthOptions, oracle_strength
     from harness.oracle.strength import rescore as rescore_report
     from harness.records.tasks import task_paths
 
@@ -57,13 +57,12 @@ def oracle_strength_cmd(
     if rescore is not None:
         report = rescore_report(task, paths.hidden, rescore, report_dir, log=log)
     else:
-        report = oracle_strength(task, paths.packet, paths.hidden,
-                                 DEFAULT_RUNS / "oracle-strength" / task, report_dir,
-                                 limit=limit, seed=seed,
-                                 operators=set(operator) if operator else None,
-                                 ids=set(mutant) if mutant else None, workers=workers,
-                                 reuse_reference=not fresh_reference,
-                                 warm_start=not cold_start, log=log)
+        report = oracle_strength(OracleStrengthOptions(
+            task=task, packet_dir=paths.packet, hidden_dir=paths.hidden,
+            runs_root=DEFAULT_RUNS / "oracle-strength" / task, report_dir=report_dir,
+            limit=limit, seed=seed, operators=set(operator) if operator else None,
+            ids=set(mutant) if mutant else None, workers=workers,
+            reuse_reference=not fresh_reference, warm_start=not cold_start), log=log)
     table = Table(title=f"oracle strength: {task}")
     for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
         table.add_column(column)

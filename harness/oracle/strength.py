@@ -397,23 +397,45 @@ def write_mutants(folder: Path, mutants: list[Mutant]) -> None:
         (folder / f"{m.id}.diff").write_text(m.diff)
 
 
-def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Path,
-                    report_dir: Path, *, limit: int | None = None, seed: int = 0,
-                    operators: set[str] | None = None, ids: set[str] | None = None,
-                    workers: int = DEFAULT_WORKERS, reuse_reference: bool = True,
-                    warm_start: bool = True, per_mutant_s: float = 600.0,
+class OracleStrengthOptions(BaseModel):
+    """One mutation-analysis run: the task's folders, where the run and report go, which
+    mutants, and how they are graded."""
+
+    task: str
+    packet_dir: Path
+    hidden_dir: Path
+    runs_root: Path
+    report_dir: Path
+    # At most this many mutants, sampled evenly across operators, with this seed.
+    limit: int | None = None
+    seed: int = 0
+    # Only these operators or mutant ids (None: all).
+    operators: set[str] | None = None
+    ids: set[str] | None = None
+    # Grader containers grading mutants side by side.
+    workers: int = DEFAULT_WORKERS
+    # Reuse the reference's grade from an earlier run of the same inputs.
+    reuse_reference: bool = True
+    # Fork candidate processes from a warm interpreter (grading.warm_start).
+    warm_start: bool = True
+    per_mutant_s: float = 600.0
+
+
+def oracle_strength(options: OracleStrengthOptions,
                     log: Callable[[str], None] = print) -> OracleStrengthReport:
     """Generate, grade and score the task's mutants; write the report under ``report_dir``
     and the run's mutants, logs and raw results in a new ``runs_root/run-N``. The reference's
     grade is kept in ``runs_root/reference-cache`` for later runs of the same inputs."""
+    o = options
+    task, packet_dir, hidden_dir, runs_root = o.task, o.packet_dir, o.hidden_dir, o.runs_root
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
-    equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
+    equivalents = load_equivalents(o.report_dir / f"{task}.equivalent.yaml")
     with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
         baseline = Path(tmp) / "baseline"
         snapshot_baseline(packet_dir / "repo", baseline)
         try:
-            mutants = generate_mutants(baseline, reference, limit=limit, seed=seed,
-                                       operators=operators, ids=ids)
+            mutants = generate_mutants(baseline, reference, limit=o.limit, seed=o.seed,
+                                       operators=o.operators, ids=o.ids)
         except ValueError as exc:
             raise HarnessError(str(exc), "pass known operator names and mutant ids (see the "
                                "task's report)") from None
@@ -429,7 +451,7 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
         inputs = MutantInputs(baseline=baseline, packet_yaml=packet_dir / "packet.yaml",
                               hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
                               grader_sha256=grader_source_sha256(),
-                              hidden_sha256=tree_sha256(hidden_dir), warm_start=warm_start)
+                              hidden_sha256=tree_sha256(hidden_dir), warm_start=o.warm_start)
         out_dir = new_numbered_dir(runs_root, "run")
         log(f"{len(mutants)} mutants of {task}'s reference "
             f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
@@ -437,15 +459,15 @@ def oracle_strength(task: str, packet_dir: Path, hidden_dir: Path, runs_root: Pa
             [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
         # Before grading: a stopped run is rescored from these, and bound to what was sent.
         (out_dir / RUN_SETTINGS).write_text(json.dumps(
-            {"seed": seed, "limit": limit, "selected": bool(operators or ids),
+            {"seed": o.seed, "limit": o.limit, "selected": bool(o.operators or o.ids),
              "grader_source_sha256": inputs.grader_sha256,
-             "hidden_tree_sha256": inputs.hidden_sha256, "workers": workers,
-             "warm_start": warm_start}))
+             "hidden_tree_sha256": inputs.hidden_sha256, "workers": o.workers,
+             "warm_start": o.warm_start}))
         graded = _grade_mutants(inputs, mutants, out_dir, runs_root / "reference-cache",
-                                workers=workers, reuse_reference=reuse_reference,
-                                per_mutant_s=per_mutant_s, log=log)
-    return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir, seed=seed,
-                         limit=limit, whole=not (operators or ids), log=log)
+                                workers=o.workers, reuse_reference=o.reuse_reference,
+                                per_mutant_s=o.per_mutant_s, log=log)
+    return _write_report(task, hidden_dir, mutants, graded, equivalents, o.report_dir,
+                         seed=o.seed, limit=o.limit, whole=not (o.operators or o.ids), log=log)
 
 
 RUN_SETTINGS = "run.json"

@@ -24,7 +24,7 @@ import docker
 from pydantic import BaseModel, ValidationError
 
 from grading.hashing import file_sha256
-from harness.agent.loop import build_system_prompt, run_agent
+from harness.agent.loop import AgentParts, AgentPrompt, build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
 from harness.agent.snapshots import Snapshots
@@ -247,11 +247,11 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
             snapshots = (Snapshots(sandbox, baseline, attempt_dir, transcript, ledger,
                                    max_tree_bytes=MAX_TREE_BYTES, max_diff_bytes=MAX_DIFF_BYTES)
                          if options.snapshots else None)
-            outcome = run_agent(provider, tools, runner, ledger, transcript,
-                                system_prompt=system_prompt, task_md=packet.task_md,
-                                max_output_tokens=agent_settings.max_output_tokens,
-                                tool_output_chars=agent_settings.tool_output_chars,
-                                snapshots=snapshots)
+            outcome = run_agent(
+                AgentParts(provider, tools, runner, ledger, transcript, snapshots),
+                AgentPrompt(system_prompt=system_prompt, task_md=packet.task_md,
+                            max_output_tokens=agent_settings.max_output_tokens,
+                            tool_output_chars=agent_settings.tool_output_chars))
             # First thing: nothing the agent left running may write after its end.
             stopped = _stop_agent(sandbox)
             record.outcome = outcome.outcome

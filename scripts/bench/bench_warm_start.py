@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.oracle.strength import OracleStrengthReport, oracle_strength
+from harness.oracle.strength import OracleStrengthOptions, OracleStrengthReport, oracle_strength
 from harness.paths import REPO_ROOT
 
 
@@ -42,10 +42,11 @@ Graded = dict[str, tuple[str, str, float]]  # mutant -> (status, killing contrac
 
 
 def grade(task: str, ids: list[str], warm: bool, report_dir: Path) -> Graded:
-    report = oracle_strength(task, REPO_ROOT / "task_packets" / task,
-                             REPO_ROOT / "hidden" / task,
-                             REPO_ROOT / "runs" / "oracle-strength" / task,
-                             report_dir, ids=set(ids), workers=1, warm_start=warm,
+    report = oracle_strength(OracleStrengthOptions(
+        task=task, packet_dir=REPO_ROOT / "task_packets" / task,
+        hidden_dir=REPO_ROOT / "hidden" / task,
+        runs_root=REPO_ROOT / "runs" / "oracle-strength" / task, report_dir=report_dir,
+        ids=set(ids), workers=1, warm_start=warm),
                              log=lambda line: print(f"  [{'warm' if warm else 'cold'}] {line}"))
     if not report.reference_reused:
         print("  (the reference was graded in this run: its time is not counted below)")
