@@ -21,4 +21,4 @@ DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:
 # left the one-test grader-suite file running alone at the end), and tests/conftest.py puts
 # the longest files first.
 .venv/bin/python -m pytest -q -p no:cacheprovider -m integration -n 2 --dist loadfile \
-  --no-loadscope-reorder --durations=25 "$@"
+  --no-loadscope-reorder --durations=25 "${@:-tests/integration}"

@@ -17,7 +17,8 @@ from harness.records.study import RetryPolicy
 from tests.fake_model_server import FakeModelServer
 
 TEST_LABEL = "org.harness.test"
-# tests/grader/ runs inside the grader image (tests/test_grader_image.py), where grading runs.
+# tests/grader/ runs inside the grader image (tests/integration/test_grader_image.py), where
+# grading runs.
 collect_ignore = ["grader"]
 UNIT_DIR = Path(__file__).parent / "unit"
 

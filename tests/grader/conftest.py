@@ -1,4 +1,5 @@
-"""Fixtures of the tests that run inside the grader image (``tests/test_grader_image.py``)."""
+"""Fixtures of the tests that run inside the grader image
+(``tests/integration/test_grader_image.py``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The grader, run as it runs in its container: ``python -m grading`` in a real subprocess.
 
 Like everything under ``tests/grader/``, these run inside the grader image, as root, where the
-grader can drop candidate code to its own uid (``tests/test_grader_image.py`` runs them). Two
+grader can drop candidate code to its own uid (``tests/integration/test_grader_image.py`` runs
+them). Two
 groups: the tiny-regression fixture task (a real torch training repo) and a pure-Python task
 built on the fly, for the grader's logic (outcomes, rounds after a hang, restores, process
 cleanup).

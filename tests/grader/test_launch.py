@@ -1,6 +1,7 @@
 """The distributed launcher: crash and hang name the rank, and nothing survives.
 
-Runs inside the grader image (tests/test_grader_image.py), where grading runs for real: the
+Runs inside the grader image (tests/integration/test_grader_image.py), where grading runs for
+real: the
 ranks run as the candidate uid, in a job folder of their own.
 """
 

@@ -1,6 +1,7 @@
 """Warm judges (mutation analysis): the judge's pytest forked from the worker's daemon.
 
-Runs inside the grader image (tests/test_grader_image.py), as the judge does: root. The same
+Runs inside the grader image (tests/integration/test_grader_image.py), as the judge does: root.
+The same
 judge command (a pytest run over a small checks folder) is started fresh and warm, and what it
 observes about itself and how it ends are compared.
 """

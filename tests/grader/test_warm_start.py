@@ -1,6 +1,7 @@
 """Warm starts (mutation analysis): a forked candidate process is the fresh one, sealed alike.
 
-Runs inside the grader image (tests/test_grader_image.py): the judge is root, candidate code
+Runs inside the grader image (tests/integration/test_grader_image.py): the judge is root,
+candidate code
 runs as the candidate uid. Each fact a candidate process can observe about itself is taken from
 the same command started fresh and started warm, and compared.
 """

@@ -16,7 +16,7 @@ import pytest
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import traced_run
 
-TREE = Path(__file__).parent / "fixtures" / "diag_tree"
+TREE = Path(__file__).parents[1] / "fixtures" / "diag_tree"
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from harness.records.transcript import (
     verify,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 KINDS = [
     "session_start",
     "model_request",

@@ -2,7 +2,7 @@
 
 The containers are stood in for (``_sandbox``, ``send_inputs``, ``_grade_one``): what is tested
 here is the hand-out and shutdown logic between the threads; the real containers are
-exercised by ``tests/test_oracle_strength.py``.
+exercised by ``tests/integration/test_oracle_strength.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Removing a container that another cleanup is removing too: the daemon's answers, scripted.
 
-The real engine's race is exercised in tests/test_sandbox.py (two cleanups at once); here each
+The real engine's race is exercised in tests/integration/test_sandbox.py (two cleanups at once);
+here each
 answer the daemon can give is played in turn, including those a race rarely produces.
 """
 
