@@ -22,7 +22,6 @@ from harness.cli.common import (
     log,
     study_path,
 )
-from harness.records.attempt import AttemptPaths
 
 
 @clear_errors
@@ -65,10 +64,10 @@ ReplayAttempt = Annotated[str, typer.Argument(
 
 def _load_replay(attempt: str, runs: Path) -> Any:
     from harness.audit import replay as rp
-    from harness.records.attempt import resolve_attempt
+    from harness.records.attempt import AttemptPaths, resolve_attempt
 
     target = Path(attempt)
-    if not (target.is_file() or (AttemptPaths(root=target).transcript).is_file()):
+    if not (target.is_file() or AttemptPaths(root=target).transcript.is_file()):
         target = resolve_attempt(attempt, runs)
     return rp.load(target)
 

@@ -1,7 +1,7 @@
 """Generate ``docs/records.md`` from the record models, so the reference cannot drift.
 
 ``python -m harness.records.doc`` rewrites the file; ``--check`` exits 1 when it is stale.
-CI's unit layer fails on a stale file (tests/unit/test_events.py).
+CI's unit layer fails on a stale file (tests/unit/records/test_events.py).
 """
 
 from __future__ import annotations
