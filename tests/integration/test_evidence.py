@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.integration.test_providers import session_events
-from tests.integration.test_traincheck_tool import TASK
 
 from grading.hashing import file_sha256
 from harness.audit import evidence
@@ -18,6 +16,8 @@ from harness.records.attempt import TRANSCRIPT_NAME, AttemptPaths, manifest_prob
 from harness.study.session import SessionOptions, run_session
 from tests.conftest import write_script, write_study
 from tests.helpers import harness, one_error_line
+from tests.integration.test_providers import session_events
+from tests.integration.test_traincheck_tool import TASK
 
 PILOT = REPO_ROOT / "studies/agents/pilot-offline/moe-router-treatment.yaml"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import docker
 import pytest
-from tests.integration.test_matrix import TINY, attempts, matrix_study, study_containers, wait_for
 
 from harness.paths import REPO_ROOT
 from harness.study.matrix import slurm
 from tests.conftest import write_script
 from tests.helpers import HARNESS
+from tests.integration.test_matrix import TINY, attempts, matrix_study, study_containers, wait_for
 
 CLUSTER = REPO_ROOT / "scripts/slurm/cluster.sh"
 

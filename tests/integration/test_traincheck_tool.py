@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.integration.test_providers import session_events
 
 from diagnostics.checking import invariant_id
 from harness.agent.loop import build_system_prompt
@@ -23,6 +22,7 @@ from harness.study.session import SessionOptions, run_session
 from harness.traincheck.reference import load_frozen
 from harness.traincheck.variants import task_files
 from tests.conftest import write_script, write_study
+from tests.integration.test_providers import session_events
 
 TASK = "moe-router"
 AGENT = REPO_ROOT / "tests/fixtures/agents/moe-router-traincheck.yaml"
