@@ -63,7 +63,7 @@ from harness.records.transcript import (
     read_text,
     verify,
 )
-from harness.records.verify import verify_attempt
+from harness.records.verify import verify_records
 
 DIAGNOSTIC_TOOL = "traincheck"
 OWN_RUN_TOOLS = frozenset({"run_public_tests", "run_candidate"})
@@ -296,12 +296,13 @@ def _edit(seq: int, call: events.ToolCall, args: dict[str, Any]) -> Edit:
 
 
 def _verified(attempt: Path) -> SessionRecord:
-    """The attempt's record, once its transcript verifies against it (else one clear error)."""
-    verdict = verify_attempt(attempt)
+    """The attempt's record, once it verifies: transcript, manifest and the digests the
+    transcript recorded (else one clear error)."""
+    verdict = verify_records(attempt)
     if not verdict.ok:
-        raise HarnessError(f"the transcript of {attempt} does not verify: {verdict.error}",
+        raise HarnessError(f"{attempt} does not verify: {verdict.error}",
                            f"see `harness verify {attempt}`; evidence chains rest on an intact "
-                           "transcript")
+                           "attempt")
     record = read_record(attempt)
     if record.status == "running":
         raise HarnessError(f"{attempt} is still running (or was never closed), so its "
@@ -386,7 +387,9 @@ class RecordedJudgement(BaseModel):
 
 
 def read_judgements(attempt: Path) -> list[RecordedJudgement]:
-    """Every judgement, once the audit file's chain verifies (else a HarnessError)."""
+    """Every judgement, once the attempt and the audit file's chain verify (else a
+    HarnessError)."""
+    _verified(attempt)
     path = AttemptPaths(root=attempt).judgements
     if not path.is_file():
         return []

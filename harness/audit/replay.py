@@ -37,13 +37,14 @@ from harness.audit.text import one_line
 from harness.errors import HarnessError
 from harness.records.attempt import (
     BLOB_DIR,
+    GRADE_SUMMARY_NAME,
     RECORD_NAME,
     SNAPSHOT_DIR,
     AttemptPaths,
     GradeSummary,
     read_record,
 )
-from harness.records.verify import verify_attempt
+from harness.records.verify import verify_records
 
 # A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
 # larger ones go to blobs, so only a damaged or forged line gets near it).
@@ -72,6 +73,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 Status = Literal["verified", "unverified", "damaged"]
 
+
 @dataclass(frozen=True)
 class Capped:
     """A text read with a cap: ``text`` is all of it, or its head and tail with a marker."""
@@ -85,6 +87,7 @@ class Capped:
     def whole(self) -> bool:
         return self.omitted_bytes == 0 and self.problem is None
 
+
 def _decode(raw: bytes) -> str:
     # Text blobs were written with surrogatepass (harness.jsontext); a forged one may not be
     # UTF-8 at all, and a cut may split a character.
@@ -93,9 +96,11 @@ def _decode(raw: bytes) -> str:
     except UnicodeDecodeError:
         return raw.decode("utf-8", "replace")
 
+
 def _marker(omitted: int, total: int, where: str) -> str:
     return (f"\n[... replay: {omitted} of {total} bytes not shown here"
             f"{'; the whole is in ' + where if where else ''} ...]\n")
+
 
 def cap_text(text: str, cap: int, where: str = "") -> Capped:
     """``text`` cut to about ``cap`` UTF-8 bytes (head and tail), saying what was cut."""
@@ -109,6 +114,7 @@ def cap_text(text: str, cap: int, where: str = "") -> Capped:
     return Capped(_decode(raw[:half]) + _marker(omitted, len(raw), where)
                   + _decode(raw[-half:]), len(raw), omitted)
 
+
 def read_capped(path: Path, cap: int, where: str = "") -> Capped:
     """A file's text, head and tail past ``cap`` bytes; never follows a symlink."""
     try:
@@ -118,10 +124,11 @@ def read_capped(path: Path, cap: int, where: str = "") -> Capped:
         return Capped("", 0, problem=f"{path.name} is missing")
     except OSError as exc:
         return Capped("", 0, problem=f"{path.name} cannot be read: {exc.strerror}")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a FIFO or device would never end; a folder fails
+        os.close(fd)
+        return Capped("", 0, problem=f"{path.name} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would never end
-            return Capped("", 0, problem=f"{path.name} is not a regular file")
         size = info.st_size
         if size <= cap:
             return Capped(_decode(fh.read(cap)), size)
@@ -133,15 +140,18 @@ def read_capped(path: Path, cap: int, where: str = "") -> Capped:
     return Capped(_decode(head) + _marker(omitted, size, where or str(path)) + _decode(tail),
                   size, omitted)
 
+
 def file_sha256(path: Path) -> str | None:
     """SHA-256 of a regular file (not a link), or None."""
     if path.is_symlink() or not path.is_file():
         return None
     return file_sha256_of(path)
 
+
 def is_blob_ref(value: Any) -> TypeGuard[dict[str, Any]]:
     return (isinstance(value, dict) and isinstance(value.get("blob"), str)
             and bool(_HEX64.match(value["blob"])) and set(value) <= {"blob", "size", "text"})
+
 
 class Progress(BaseModel):
     """Budget counters as the ``budget`` events reported them up to an event."""
@@ -152,6 +162,7 @@ class Progress(BaseModel):
     tool_calls: int = 0
     candidate_runs: int = 0
 
+
 class Violation(BaseModel):
     """One TrainCheck violation a ``traincheck`` call reported (as recorded, any field may be
     missing in a damaged event)."""
@@ -161,6 +172,7 @@ class Violation(BaseModel):
     plain_rule: str = ""
     first_step: str = ""
     ranks: str = ""
+
 
 class ReplayEvent(BaseModel):
     """One line of the transcript, read back."""
@@ -182,6 +194,7 @@ class ReplayEvent(BaseModel):
     violations: list[Violation] = Field(default_factory=list)
     diagnostic_outcome: str | None = None
 
+
 class Verification(BaseModel):
     ok: bool
     events: int  # verified from the start
@@ -201,9 +214,11 @@ class Verification(BaseModel):
         return (f"TRANSCRIPT BROKEN {where} after {self.events} good events: {self.error}; "
                 "everything from there on is shown UNVERIFIED")
 
+
 class SnapshotGrade(BaseModel):
     verdict: str = ""
     contracts: dict[str, str] = Field(default_factory=dict)
+
 
 class Snapshot(BaseModel):
     """A ``snapshot`` event (issue 15 part 1) with its grade, when one was recorded."""
@@ -218,11 +233,13 @@ class Snapshot(BaseModel):
     diff: str | None = None  # the patch, capped
     grade: SnapshotGrade | None = None
 
+
 class ContractOutcome(BaseModel):
     id: str
     outcome: str
     kind: str = ""
     reason: str = ""
+
 
 class FinalGrade(BaseModel):
     verdict: str
@@ -230,6 +247,7 @@ class FinalGrade(BaseModel):
     folder: str
     contracts: list[ContractOutcome] = Field(default_factory=list)
     problem: str | None = None
+
 
 class Replay(BaseModel):
     """An attempt read back: what verification said, every line, and what surrounds them."""
@@ -266,6 +284,7 @@ class Replay(BaseModel):
             return None
         return AttemptPaths(root=self.attempt_dir).artifacts / name
 
+
 def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
     """(1-based line number, bytes without newline or None if oversized, complete?, size)."""
     with path.open("rb") as fh:
@@ -285,6 +304,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes | None, bool, int]]:
             complete = raw.endswith(b"\n")
             yield lineno, raw[:-1] if complete else raw, complete, len(raw)
 
+
 def _complete_lines(path: Path) -> int:
     """How many newline-terminated lines ``path`` holds, counted without keeping any."""
     count = 0
@@ -292,6 +312,7 @@ def _complete_lines(path: Path) -> int:
         while chunk := fh.read(1 << 20):
             count += chunk.count(b"\n")
     return count
+
 
 def _parse_ts(ts: Any) -> datetime | None:
     if not isinstance(ts, str) or len(ts) > 40:
@@ -301,12 +322,14 @@ def _parse_ts(ts: Any) -> datetime | None:
     except ValueError:
         return None
 
+
 def _short_value(value: Any, limit: int = 60) -> str:
     if isinstance(value, str):
         return one_line(value, limit)
     if is_blob_ref(value):
         return f"<{value.get('size', '?')} bytes>"
     return one_line(json.dumps(value, ensure_ascii=False, default=str), limit)
+
 
 def short_args(tool: str, args: Any) -> str:
     """A tool call's arguments in short (raw; made inert by one_line)."""
@@ -337,8 +360,10 @@ def short_args(tool: str, args: Any) -> str:
     parts = [f"{key}={_short_value(value, 40)}" for key, value in list(args.items())[:6]]
     return ", ".join(parts)
 
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-JSON constant {name}")
+
 
 def _number(value: Any) -> int | float | None:
     """A count or cap that arithmetic and the chart can take (a forged line may hold 1e999
@@ -349,8 +374,10 @@ def _number(value: Any) -> int | float | None:
         return value
     return None
 
+
 def _int(value: Any) -> int | None:
     return value if type(value) is int else None
+
 
 def _violations(details: Any) -> list[Violation]:
     found = details.get("new_violations") if isinstance(details, dict) else None
@@ -368,11 +395,13 @@ def _violations(details: Any) -> list[Violation]:
             ranks=", ".join(map(str, ranks)) if isinstance(ranks, list) else ""))
     return out
 
+
 def diagnostic_tools() -> frozenset[str]:
     """The tools that only the treatment arm gets: the diagnostics (TrainCheck)."""
     from harness.agent.toolsets import EXTRA_TOOLS
 
     return frozenset(EXTRA_TOOLS)
+
 
 def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> None:
     """Fill the timeline fields of one event from its data (raw, never trusted)."""
@@ -440,6 +469,7 @@ def _derive(event: ReplayEvent, diagnostics: frozenset[str], blobs: Path) -> Non
         event.summary = _short_value(d, 200)
     event.diagnostic = event.tool in diagnostics
 
+
 def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
     """The reasoning a provider returned with a turn (Anthropic thinking blocks), raw."""
     blocks = data.get("provider_content")
@@ -456,6 +486,7 @@ def reasoning_blocks(data: dict[str, Any]) -> list[Any]:
             found.append(block.get("thinking", block.get("text", block.get("summary", ""))))
     return found
 
+
 def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     path = AttemptPaths(root=folder).record
     if not path.is_file():
@@ -466,8 +497,33 @@ def _read_record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{RECORD_NAME} cannot be read: {one_line(str(exc), 200)}"
     return record.model_dump(mode="json"), None
 
+
+def _grade_summaries(folder: Path, record: dict[str, Any] | None) -> list[Any]:
+    """The raw grade summaries, oldest first: those an older record lists, then each
+    ``grades/grade-N/summary.json`` (capped reads; one that cannot be read is skipped)."""
+    listed = list((record or {}).get("grades") or [])
+    seen = {g.get("folder") for g in listed if isinstance(g, dict)}
+    grades = AttemptPaths(root=folder).grades
+    numbered = []
+    if grades.is_dir() and not grades.is_symlink():
+        for entry in grades.iterdir():
+            tail = entry.name.removeprefix("grade-")
+            if entry.name.startswith("grade-") and tail.isdigit():
+                numbered.append((int(tail), entry))
+    for _n, entry in sorted(numbered):
+        rel = entry.relative_to(folder).as_posix()
+        capped = read_capped(entry / GRADE_SUMMARY_NAME, GRADE_JSON_MAX_BYTES)
+        if rel in seen or capped.problem or not capped.whole:
+            continue
+        try:
+            listed.append(json.loads(capped.text))
+        except ValueError:
+            continue
+    return listed
+
+
 def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | None:
-    grades = (record or {}).get("grades") or []
+    grades = _grade_summaries(folder, record)
     if not grades:
         return None
     summary = GradeSummary.model_validate(grades[-1])
@@ -491,6 +547,7 @@ def _final_grade(folder: Path, record: dict[str, Any] | None) -> FinalGrade | No
         grade.problem = f"{path.name} is not a grade report: {type(exc).__name__}"
     return grade
 
+
 def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
     path = AttemptPaths(root=folder).snapshot_grades
     if not path.is_file():
@@ -502,8 +559,9 @@ def _snapshot_grades(folder: Path) -> dict[str, SnapshotGrade]:
     except (ValueError, AttributeError, TypeError, KeyError):
         return {}
 
+
 def _verification(target: Path, complete_lines: int) -> Verification:
-    verdict = verify_attempt(target)
+    verdict = verify_records(target)
     result = Verification(ok=verdict.ok, events=verdict.events, error=verdict.error,
                           notes=verdict.notes)
     if not verdict.ok:
@@ -512,6 +570,7 @@ def _verification(target: Path, complete_lines: int) -> Verification:
         else:
             result.at_end = True
     return result
+
 
 def load(target: Path) -> Replay:
     """Verify ``target`` (an attempt folder or its transcript), then read every line."""
@@ -608,6 +667,7 @@ def load(target: Path) -> Replay:
                   record=record, record_problem=record_problem, events=events, caps=caps,
                   deadline_s=deadline, snapshots=snapshots, grade=final)
 
+
 def manifest_digests(folder: Path) -> dict[str, str]:
     """The manifest's file digests (empty when there is none or it is not one)."""
     capped = read_capped(AttemptPaths(root=folder).manifest, GRADE_JSON_MAX_BYTES)
@@ -616,6 +676,7 @@ def manifest_digests(folder: Path) -> dict[str, str]:
     except (ValueError, AttributeError):
         return {}
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
+
 
 def digest_note(path: Path, rel: str, manifest: dict[str, str]) -> str:
     """Whether a file outside the chain still matches the manifest."""
@@ -626,6 +687,7 @@ def digest_note(path: Path, rel: str, manifest: dict[str, str]) -> str:
     if listed is None:
         return "not in the manifest"
     return "matches the manifest" if listed == actual else "DIFFERS from the manifest"
+
 
 def diff_note(replay: Replay, path: Path) -> str:
     """Whether submission.diff matches the digest the chain's ``diff`` event recorded."""

@@ -16,13 +16,16 @@ _UNSAFE = re.compile(
     "\ufff9-\ufffb\ud800-\udfff]"
 )
 
+
 def _escape_char(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
+
 def inert_block(text: str) -> str:
     """``text`` with newlines and tabs kept and every other unsafe character escaped."""
     return _UNSAFE.sub(_escape_char, text)
+
 
 def one_line(text: str, limit: int = HEAD_CHARS) -> str:
     """The head of ``text`` on one inert line: newlines as ``⏎``, at most ``limit`` chars."""

@@ -22,6 +22,7 @@ class Filters(BaseModel):
     def active(self) -> bool:
         return bool(self.kinds or self.tools or self.grep)
 
+
 def searchable(replay: Replay, event: ReplayEvent) -> str:
     """The text a search looks in: kind, tool, problem, and every string of the data (blobs
     read, each up to SEARCH_TEXT_BYTES)."""
@@ -47,6 +48,7 @@ def searchable(replay: Replay, event: ReplayEvent) -> str:
     walk(event.data, 0)
     return "\n".join(parts)
 
+
 def select(replay: Replay, filters: Filters) -> list[ReplayEvent]:
     """The events that pass every filter; a damaged line always does (never hidden)."""
     needle = filters.grep.casefold() if filters.grep else None
@@ -64,9 +66,11 @@ def select(replay: Replay, filters: Filters) -> list[ReplayEvent]:
         chosen.append(event)
     return chosen
 
+
 def cell(text: str, style: str = "") -> Text:
     # A Text, never a str: rich would read "[bold]" in a str cell as markup.
     return Text(inert_block(text), style=style)
+
 
 def snapshot_grade_line(snapshot: Snapshot) -> str:
     if snapshot.grade is None:
@@ -76,17 +80,21 @@ def snapshot_grade_line(snapshot: Snapshot) -> str:
         counts[outcome] = counts.get(outcome, 0) + 1
     return f"{snapshot.grade.verdict} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
 
+
 def cap_shown(replay: Replay, key: str) -> str:
     cap = replay.caps.get(key)
     return "" if cap is None else f"/{cap}"
+
 
 COLUMNS = (("line", "right"), ("seq", "right"), ("+s", "right"), ("kind", "left"),
             ("tool", "left"), ("detail", "left"), ("exit", "right"), ("tokens", "right"),
             ("calls", "right"), ("runs", "right"), ("chain", "left"))
 
+
 def banner_row(text: str) -> Text:
     # Printed between two tables of the same widths, so that no column cuts it.
     return cell(text, "bold red")
+
 
 def print_timeline(replay: Replay, events: list[ReplayEvent], console: Console, *,
                    filters: Filters | None = None) -> None:

@@ -30,7 +30,6 @@ from harness.audit.text import inert_block, one_line
 from harness.records.attempt import (
     RECORD_NAME,
     AttemptPaths,
-    GradeSummary,
     atomic_write,
 )
 
@@ -538,6 +537,7 @@ class IndexRow:
     verification: str
     ok: bool
     events: int
+    verdict: str = ""
 
 
 def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Path,
@@ -568,17 +568,11 @@ def write_index(study_name: str, study_root: Path, order: list[str], out_dir: Pa
                 log(f"wrote {pages / name}")
             rows.append(IndexRow(sid, positions.get(sid), rp.record or {}, f"sessions/{name}",
                                  rp.verification.line(), rp.verification.ok,
-                                 len(rp.events)))
+                                 len(rp.events), rp.grade.shown if rp.grade else ""))
     body_rows = []
     for row in rows:
         rec = row.record
-        grades = rec.get("grades") or []
-        verdict = ""
-        if grades:
-            try:
-                verdict = GradeSummary.model_validate(grades[-1]).shown()
-            except ValueError:
-                verdict = "unreadable grade summary"
+        verdict = row.verdict
         raw_usage = rec.get("usage")
         usage = raw_usage if isinstance(raw_usage, dict) else {}
         link = (f'<a href="{html.escape(row.link, quote=True)}">{esc(row.session_id)}</a>'

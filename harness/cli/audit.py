@@ -16,31 +16,38 @@ from harness.cli.common import (
     StudyOption,
     clear_errors,
     console,
-    err_console,
     fail,
     legacy_group,
     log,
     study_path,
 )
+from harness.errors import HarnessError
 
 
 @clear_errors
 def verify(
-    target: Annotated[Path, typer.Argument(help="transcript.jsonl or an attempt folder")],
+    target: Annotated[str, typer.Argument(
+        metavar="ATTEMPT", help="attempt folder, its transcript.jsonl, or STUDY/SESSION (the "
+        "attempt the study counts)")],
+    runs: RunsOption = DEFAULT_RUNS,
 ) -> None:
-    """Verify a transcript's hash chain and blobs, and its end against the one its session
-    recorded; exit 1 naming the first problem."""
-    from harness.records.verify import verify_attempt
+    """Verify an attempt: the transcript's hash chain and blobs, its end against the one the
+    session recorded, every file the manifest lists, and the diff, final tree and snapshots
+    against the digests the transcript recorded; exit 1 naming the first problem."""
+    from harness.records.attempt import resolve_attempt
+    from harness.records.verify import verify_records
 
-    verdict = verify_attempt(target)
+    path = Path(target)
+    if not path.exists():
+        path = resolve_attempt(target, runs)
+    verdict = verify_records(path)
     if verdict.ok:
         notes = f" ({'; '.join(verdict.notes)})" if verdict.notes else ""
-        console.print(f"ok: {verdict.events} events verified{notes}", markup=False,
-                      highlight=False)
+        files = ("; every file matches the manifest, and the diff, final tree and snapshots "
+                 "the digests the transcript recorded" if verdict.files_checked else "")
+        log(f"ok: {verdict.events} events verified{files}{notes}")
         return
-    err_console.print(f"FAILED after {verdict.events} good events: {verdict.error}",
-                      markup=False, highlight=False)
-    sys.exit(1)
+    fail(f"FAILED after {verdict.events} good events: {verdict.error}")
 
 
 replay = legacy_group(
@@ -108,15 +115,20 @@ def replay_html(
     out: Annotated[Path, typer.Option(metavar="FILE", help="the page to write")],
     runs: RunsOption = DEFAULT_RUNS,
 ) -> None:
-    """A self-contained HTML viewer of the whole attempt (no network, no foreign script);
-    exit 1 when its transcript is broken (the page says where)."""
+    """A self-contained HTML viewer of the whole attempt (no network, no foreign script).
+    An attempt that does not verify is refused, and nothing is written: `harness replay
+    timeline` shows where it breaks."""
     from harness.audit import viewer
 
+    if out.is_dir():
+        raise HarnessError(f"--out {out} is a folder", "name the page's file, e.g. page.html")
     loaded = _load_replay(attempt, runs)
+    if not loaded.verification.ok:
+        raise HarnessError(f"{loaded.attempt_dir} does not verify: {loaded.verification.error}",
+                           "see where it breaks with `harness replay timeline`; no page was "
+                           "written")
     viewer.write(loaded, out)
     log(f"wrote {out}")
-    if not loaded.verification.ok:
-        fail(loaded.verification.line())
 
 
 @replay.command("index")
@@ -130,6 +142,8 @@ def replay_index(
     from harness.audit import viewer
     from harness.records.study import launch_order, load_study
 
+    if out.exists() and not out.is_dir():
+        raise HarnessError(f"--out {out} is a file", "name a folder for the pages")
     loaded = load_study(study_path(study))
     order = [a.session_id for a in launch_order(loaded)]
     index, rows = viewer.write_index(loaded.name, loaded.runs_root(), order, out)

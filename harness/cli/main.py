@@ -55,7 +55,6 @@ app.add_typer(traincheck.app, name="traincheck")
 app.add_typer(images.app, name="images")
 
 
-
 def main() -> None:
     """The entry point: Typer's app, with a usage mistake (an unknown option, a missing or
     malformed value) shown as one line naming the problem and where help is, like every

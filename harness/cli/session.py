@@ -58,9 +58,13 @@ def grade_cmd(
     from harness.infra.images import docker_client
     from harness.oracle.grade import GRADER_ERROR, grade_attempt, grade_snapshots
     from harness.records.attempt import resolve_attempt
+    from harness.records.verify import require_verified
     from harness.study.freeze import check_attempt
 
     attempt = resolve_attempt(session_ref, runs)
+    # First of all: an attempt whose files changed is refused by name, before its record is
+    # trusted for the lock check below (grading verifies again: it may be called alone).
+    require_verified(attempt)
     client = docker_client()
     check_attempt(attempt, client)  # a study session: refused when its lock drifted
     if snapshots:
@@ -124,7 +128,7 @@ def demo(
 
 
 def print_sessions(attempts: list[Path]) -> None:
-    from harness.records.attempt import read_record
+    from harness.records.attempt import read_grades, read_record
 
     table = Table(title="sessions")
     for column in ("session", "attempt", "outcome", "files changed", "verdict", "contracts",
@@ -132,7 +136,8 @@ def print_sessions(attempts: list[Path]) -> None:
         table.add_column(column)
     for attempt in attempts:
         rec = read_record(attempt)
-        grade = rec.grades[-1] if rec.grades else None
+        grades = read_grades(attempt, rec)
+        grade = grades[-1] if grades else None
         table.add_row(
             rec.session_id, str(rec.attempt), rec.outcome or "-",
             str(len(rec.diff.files_changed)) if rec.diff else "-",

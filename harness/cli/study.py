@@ -216,7 +216,8 @@ def matrix_run(
 def matrix_status(
     study: StudyOption = None,
     watch: Annotated[bool, typer.Option(help="refresh until Ctrl-C")] = False,
-    every: Annotated[float, typer.Option(help="seconds between refreshes")] = 2.0,
+    every: Annotated[float, typer.Option(min=0.2, metavar="SECONDS",
+                                         help="seconds between refreshes")] = 2.0,
 ) -> None:
     """Each session's state, attempt, outcome, verdict, usage and queue time."""
     import time

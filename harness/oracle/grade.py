@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 import docker
 from pydantic import BaseModel, ValidationError
 
-from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
+from grading.hashing import grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness.clock import utc_timestamp
@@ -44,13 +44,14 @@ from harness.records.attempt import (
     AttemptPaths,
     GradeSummary,
     atomic_write,
+    extend_manifest,
     new_numbered_dir,
-    read_record,
+    write_grade_summary,
     write_manifest,
-    write_record,
 )
 from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import read_events
+from harness.records.verify import require_verified
 
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
@@ -288,7 +289,7 @@ def grade_attempt(
     A grader that fails is recorded as a ``grader_error`` grade with its reason, never as a
     verdict.
     """
-    record = read_record(attempt_dir)
+    record = require_verified(attempt_dir)
     paths = AttemptPaths(root=attempt_dir)
     diff_path = paths.diff
     if not diff_path.is_file():
@@ -315,9 +316,10 @@ def grade_attempt(
     except GraderFailed as exc:
         summary = GradeSummary(verdict=GRADER_ERROR, folder=folder, reason=exc.reason)
         log(f"grade: {GRADER_ERROR}: {exc.reason}")
-    record.grades.append(summary)
-    write_record(attempt_dir, record)
-    write_manifest(attempt_dir)  # the record changed: the index must match it again
+    # The session record is never rewritten: the summary goes into the grading's own folder,
+    # and the manifest only gains the new files.
+    write_grade_summary(out_dir, summary)
+    extend_manifest(attempt_dir)
     return summary
 
 
@@ -333,20 +335,18 @@ def grade_snapshots(
     the snapshot's position; the snapshots are graded in a random order, into folders
     numbered in that order, and only ``snapshots.json`` maps them back to the timeline.
     """
-    record = read_record(attempt_dir)
+    record = require_verified(attempt_dir)  # every snapshot is the one its event recorded
     paths = AttemptPaths(root=attempt_dir)
+    if paths.snapshot_grades.exists():
+        raise HarnessError(f"{paths.snapshot_grades} already holds this attempt's snapshot "
+                           "grades", "read them there; a record once written is never "
+                           "rewritten")
     taken = [events.parse(e).data for e in read_events(paths.transcript)
              if e.kind == "snapshot"]
     snapshots = [s for s in taken if isinstance(s, events.Snapshot) and s.diff is not None]
     if not snapshots:
         raise HarnessError(f"{attempt_dir} has no trajectory snapshot",
                            "snapshots are taken by sessions run with this harness version")
-    for snap in snapshots:  # the file must be the one the transcript vouches for
-        assert snap.diff is not None
-        path = attempt_dir / snap.diff
-        if not path.is_file() or file_sha256(path) != snap.sha256:
-            raise HarnessError(f"snapshot {snap.index} ({snap.diff}) is missing or does not "
-                               "match its transcript event", "run `harness verify` on it")
     client = client or images.docker_client()
     order = list(snapshots)
     random.SystemRandom().shuffle(order)
@@ -372,5 +372,5 @@ def grade_snapshots(
                             snapshots=sorted(graded, key=lambda g: g.index))
     atomic_write(paths.snapshot_grades,
                  (result.model_dump_json(indent=1) + "\n").encode())
-    write_manifest(attempt_dir)
+    extend_manifest(attempt_dir)
     return result

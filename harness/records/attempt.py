@@ -11,15 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from grading.hashing import file_sha256
 from grading.models import Verdict
+from grading.yamlfile import M
 from harness import jsontext
 from harness.errors import HarnessError
 from harness.records import outcomes
@@ -36,6 +38,8 @@ FINAL_DIR = "final"
 DIFF_NAME = "submission.diff"
 SNAPSHOT_DIR = "snapshots"
 GRADES_DIR = "grades"
+# Each grading's summary, in its own grades/grade-N/ folder (written once, never rewritten).
+GRADE_SUMMARY_NAME = "summary.json"
 # Auditors' records (harness/audit/evidence.py), added after the session with their own hash chain.
 AUDIT_DIR = "audit"
 SNAPSHOT_GRADES_NAME = f"{GRADES_DIR}/snapshots.json"
@@ -58,7 +62,8 @@ class AttemptPaths(BaseModel):
           submission.diff           final/ against baseline/: what is graded
           snapshots/NNNN.diff       the code at each trajectory snapshot
           manifest.json             sha256 of every file above
-          grades/grade-N/           one grading (grader.json, out/grade.json, out/logs/)
+          grades/grade-N/           one grading (summary.json, grader.json, out/grade.json,
+                                    out/logs/)
           grades/snapshots.json     every snapshot's grade (grades/snapshots/grade-N/)
           audit/chains.json         evidence chains (never in the manifest)
           audit/judgements.jsonl    auditors' judgements (never in the manifest)
@@ -255,14 +260,65 @@ def write_record(attempt_dir: Path, record: SessionRecord) -> None:
     atomic_write(attempt_dir / RECORD_NAME, text.encode())
 
 
+# No record of an attempt is near this; a larger file is damage, not a record.
+RECORD_MAX_BYTES = 64 * 1024**2
+
+
+def read_json_file(path: Path, what: str, *, max_bytes: int = RECORD_MAX_BYTES) -> Any:
+    """A record file's JSON, read as hostile: a regular file (never through a link), at most
+    ``max_bytes``, UTF-8, one JSON value; anything else is one error naming the file."""
+    fix = "restore it from a copy you trust (`harness verify` names every changed file)"
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        raise HarnessError(f"{path} is missing ({what})", fix) from None
+    except OSError as exc:
+        raise HarnessError(f"{path} cannot be read ({what}): {exc.strerror}", fix) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise HarnessError(f"{path} is {kind}, not {what}", fix)
+    if st.st_size > max_bytes:
+        raise HarnessError(f"{path} is {st.st_size} bytes, too large for {what}", fix)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HarnessError(f"{path} is not UTF-8 (byte {exc.start}), so not {what}", fix) from None
+    except OSError as exc:
+        raise HarnessError(f"{path} cannot be read ({what}): {exc.strerror}", fix) from None
+    if not text.strip():
+        raise HarnessError(f"{path} is empty, not {what}", fix)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        where = (f" at line {exc.lineno} column {exc.colno}"
+                 if isinstance(exc, json.JSONDecodeError) else "")
+        raise HarnessError(f"{path} is not JSON{where} ({reason}), so not {what}", fix) from None
+
+
+def read_model_file(path: Path, model: type[M], what: str) -> M:
+    """:func:`read_json_file`, then the model's validation; its first problem in one line."""
+    data = read_json_file(path, what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the top level"
+        raise HarnessError(f"{path} is not {what}: {where}: {first['msg']}",
+                           "restore it from a copy you trust (`harness verify` names every "
+                           "changed file)") from None
+
+
 def _parse_record(path: Path) -> SessionRecord:
     # json.loads, not model_validate_json, which refuses the escapes write_record may write.
-    return SessionRecord.model_validate(json.loads(path.read_text()))
+    return read_model_file(path, SessionRecord, "a session record")
 
 
 def read_record(attempt_dir: Path) -> SessionRecord:
     path = attempt_dir / RECORD_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise HarnessError(f"{attempt_dir} holds no session record", "pass an attempt folder")
     return _parse_record(path)
 
@@ -338,6 +394,19 @@ def write_manifest(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, Any]
     return manifest
 
 
+class Manifest(BaseModel):
+    """``manifest.json``: the sha256 of every file, and the transcript's head it repeats."""
+
+    files: dict[str, str]
+    count: int
+    transcript: TranscriptHead | None = None
+
+
+def read_manifest(folder: Path) -> dict[str, str]:
+    """The files a folder's manifest lists, read as hostile (one error naming it)."""
+    return read_model_file(folder / MANIFEST_NAME, Manifest, "a manifest").files
+
+
 def manifest_problem(folder: Path) -> str | None:
     """Why ``folder``'s files no longer match its manifest, or None when they all do.
 
@@ -347,12 +416,12 @@ def manifest_problem(folder: Path) -> str | None:
     ``manifest_files`` leaves it out, and it is verified by its own hash chain instead.
     """
     path = folder / MANIFEST_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return f"{folder} has no {MANIFEST_NAME}"
     try:
-        listed: dict[str, str] = json.loads(path.read_text())["files"]
-    except (ValueError, KeyError, TypeError):
-        return f"{path} is not a manifest"
+        listed = read_manifest(folder)
+    except HarnessError as exc:
+        return exc.problem
     now = manifest_files(folder)
     for rel, digest in listed.items():
         if rel not in now:
@@ -363,6 +432,61 @@ def manifest_problem(folder: Path) -> str | None:
     if extra:
         return f"{extra[0]} is not in the manifest"
     return None
+
+
+def extend_manifest(folder: Path) -> dict[str, Any]:
+    """Add the files that appeared since the manifest was written (a grading's folder); a
+    listed file is never changed or dropped, and one that no longer matches its entry stops
+    it (one error naming the file), so nothing is re-blessed."""
+    path = folder / MANIFEST_NAME
+    manifest = read_json_file(path, "a manifest")
+    listed = read_manifest(folder)
+    now = manifest_files(folder)
+    for rel, digest in listed.items():
+        if now.get(rel) != digest:
+            raise HarnessError(f"{folder / rel} no longer matches the manifest",
+                               "restore it from a copy you trust; nothing was added")
+    manifest["files"] = dict(sorted({**now, **listed}.items()))
+    manifest["count"] = len(manifest["files"])
+    atomic_write(path, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def write_grade_summary(grade_dir: Path, summary: GradeSummary) -> None:
+    """A grading's summary, in its own folder, written once."""
+    target = grade_dir / GRADE_SUMMARY_NAME
+    if target.exists():
+        raise HarnessError(f"{target} already exists", "a grading writes a new grades/grade-N")
+    atomic_write(target, (summary.model_dump_json(indent=1) + "\n").encode())
+
+
+def read_grades(attempt_dir: Path, record: SessionRecord | None = None) -> list[GradeSummary]:
+    """Every grading of an attempt, oldest first: those an older session record lists, then
+    each ``grades/grade-N/summary.json`` (a grading killed before its summary has none)."""
+    record = record or read_record(attempt_dir)
+    found = {g.folder: g for g in record.grades}
+    grades = AttemptPaths(root=attempt_dir).grades
+    folders = grades.glob("grade-*") if grades.is_dir() else []
+    numbered = sorted((int(d.name.split("-", 1)[1]), d) for d in folders
+                      if d.name.split("-", 1)[1].isdigit() and d.is_dir())
+    for _n, folder in numbered:
+        rel = folder.relative_to(attempt_dir).as_posix()
+        summary = folder / GRADE_SUMMARY_NAME
+        if rel in found or not summary.is_file() or summary.is_symlink():
+            continue
+        try:
+            found[rel] = GradeSummary.model_validate_json(summary.read_bytes())
+        except ValueError:
+            raise HarnessError(f"{summary} is not a grade summary",
+                               "restore it from a copy you trust (harness verify names "
+                               "every changed file)") from None
+    order = {rel: i for i, rel in enumerate(found)}
+    return sorted(found.values(), key=lambda g: (_grade_number(g.folder), order[g.folder]))
+
+
+def _grade_number(folder: str) -> int:
+    tail = folder.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
 
 
 def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
@@ -381,6 +505,20 @@ def _records(paths: Iterable[Path]) -> list[tuple[Path, SessionRecord]]:
     for path in sorted(paths):
         try:
             found.append((path.parent, _parse_record(path)))
-        except ValueError:
-            continue  # a half-written record cannot exist (atomic writes); skip foreign files
+        except HarnessError:
+            continue  # damaged: unreadable_attempts lists it, with why
+    return found
+
+
+def unreadable_attempts(study_root: Path) -> list[tuple[Path, str]]:
+    """Attempt folders of a study whose session record cannot be read, with why (a half
+    written record cannot exist: records are written atomically, so this is damage)."""
+    found = []
+    for folder in sorted(study_root.glob("*/attempt-*")):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        try:
+            read_record(folder)
+        except HarnessError as exc:
+            found.append((folder, exc.problem))
     return found

@@ -18,6 +18,7 @@ from harness.paths import REPO_ROOT
 from harness.records import chains, events, outcomes
 from harness.records.attempt import (
     CHAINS_NAME,
+    GRADE_SUMMARY_NAME,
     JUDGEMENTS_NAME,
     MANIFEST_NAME,
     RECORD_NAME,
@@ -36,7 +37,8 @@ DOC_PATH = REPO_ROOT / "docs" / "records.md"
 
 ATTEMPT_FILES = [
     (RECORD_NAME, "The session record (below): assignment, image, status, outcome, usage, "
-     "the diff's summary, every grade's summary, and the transcript's head hash."),
+     "the diff's summary and the transcript's head hash; written when the session ends and "
+     "never again (records of earlier versions also list grade summaries)."),
     (TRANSCRIPT_NAME, "The hash-chained event log (below), one JSON object per line; "
      "`harness verify` checks the chain against the head in the record and the manifest."),
     ("blobs/<sha256>", "Strings too long to inline in an event, stored once under their sha256 "
@@ -48,7 +50,11 @@ ATTEMPT_FILES = [
     ("submission.diff", "`git diff` of final/ against baseline/: what is graded."),
     ("snapshots/NNNN.diff", "The code as a diff against baseline/ at each candidate run, "
      "public-test run, diagnostic call, submit and budget stop (`snapshot` events)."),
-    (MANIFEST_NAME, "sha256 of every file above, written when the session ends."),
+    (MANIFEST_NAME, "sha256 of every file above, written when the session ends; a grading "
+     "adds its own files and never changes an entry. `harness verify` checks every entry, and "
+     "the diff, final tree and snapshots against the digests their events recorded."),
+    (f"grades/grade-N/{GRADE_SUMMARY_NAME}", "The grading's summary (`GradeSummary`, below), "
+     "written once by the host."),
     ("grades/grade-N/grader.json", "The host's record of one grading: grader image, submission "
      "id, the digests the grade must carry, exit code, and the reason of a `grader_error`."),
     ("grades/grade-N/out/grade.json", "The grade (below), bound to this submission."),
@@ -58,9 +64,9 @@ ATTEMPT_FILES = [
     ("grades/snapshots.json", "`harness grade --snapshots`: each snapshot's verdict and "
      "per-contract outcomes (below), graded blind in `grades/snapshots/grade-N/` folders "
      "numbered in a random order."),
-    (CHAINS_NAME, "`harness audit --propose`: the candidate evidence chains (below), "
+    (CHAINS_NAME, "`harness audit propose`: the candidate evidence chains (below), "
      "bound to the transcript's sha256; never listed in the manifest."),
-    (JUDGEMENTS_NAME, "`harness audit --judge`: auditors' judgements, one `judgement` "
+    (JUDGEMENTS_NAME, "`harness audit judge`: auditors' judgements, one `judgement` "
      "event each (below), append-only and hash-chained like the transcript; never listed in "
      "the manifest."),
 ]

@@ -297,6 +297,9 @@ class Diff(EventData):
     modified: list[str]
     skipped: list[str]
     sha256: str
+    # The final tree's digest (grading.hashing.tree_sha256); None in transcripts written
+    # before it was recorded.
+    final_tree_sha256: str | None = None
 
 
 # The one registry: kind -> model. Order is the order of docs/records.md.

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from grading.packet import CUDA_CONFIGURATIONS
 from grading.yamlfile import YamlFileError, load_model
@@ -34,6 +34,8 @@ Comparison = Literal["treatment-vs-control", "coverage-audit"]
 
 DEFAULT_STUDY = Path("studies/pilot.yaml")
 STUDY_ENV = "HARNESS_STUDY"
+# The model providers a study may name (agent.model is PROVIDER:NAME).
+PROVIDERS = ("scripted", "openai", "anthropic")
 
 
 def default_study_path() -> Path:
@@ -97,7 +99,7 @@ class AgentSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(pattern=r"^(scripted|openai|anthropic):.+$")
+    model: str  # PROVIDER:NAME, PROVIDER one of PROVIDERS
     temperature: float | None = None
     max_output_tokens: int = Field(default=4096, gt=0)
     # Provider reasoning options: openai {"effort": "high"}; anthropic
@@ -107,6 +109,19 @@ class AgentSettings(BaseModel):
     # What the model sees of one tool output (head + tail); the whole is kept as an artifact.
     tool_output_chars: int = Field(default=16_000, ge=1000)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
+
+    @field_validator("model")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        provider, _, name = value.partition(":")
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r} in {value!r}: use "
+                             + ", ".join(f"{p}:<{'file' if p == 'scripted' else 'model'}>"
+                                         for p in PROVIDERS))
+        if not name:
+            raise ValueError(f"{value!r} names no {'file' if provider == 'scripted' else 'model'}"
+                             f" after {provider}:")
+        return value
 
     @model_validator(mode="after")
     def _placeholders(self) -> AgentSettings:
@@ -209,14 +224,20 @@ def _resolve(path: Path) -> Path:
 
 def load_study(path: Path) -> Study:
     """Read and validate a study file; every problem is one HarnessError line."""
-    if not path.is_file() and not path.is_absolute() and (REPO_ROOT / path).is_file():
+    # A path the user did not type is named as such: $HARNESS_STUDY may be set long ago.
+    origin = (f" (the path came from ${STUDY_ENV})"
+              if os.environ.get(STUDY_ENV) and str(path) == os.environ[STUDY_ENV] else "")
+    if not path.exists() and not path.is_absolute() and (REPO_ROOT / path).exists():
         path = REPO_ROOT / path
-    if not path.is_file():
-        raise HarnessError(f"study file {path} does not exist", "pass --study studies/<name>.yaml")
+    if not path.exists():
+        raise HarnessError(f"study file {path} does not exist{origin}",
+                           "pass --study studies/<name>.yaml" + (
+                               f", or unset ${STUDY_ENV}" if origin else ""))
     try:
         study = load_model(path, Study, what="study file")
     except YamlFileError as exc:
-        raise HarnessError(str(exc), "see studies/demo.yaml for the format") from None
+        raise HarnessError(f"{exc}{origin}", "see studies/demo.yaml for the format, and "
+                           "docs/study.md for every field") from None
     for task in study.tasks:
         if not (task.packet_dir() / "packet.yaml").is_file():
             raise HarnessError(

@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 from pydantic import BaseModel, ValidationError
 
-from grading.hashing import file_sha256
+from grading.hashing import file_sha256, tree_sha256
 from harness.agent.loop import AgentParts, AgentPrompt, build_system_prompt, run_agent
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
@@ -343,6 +343,7 @@ def _finalize_diff(
         )
         transcript.append("diff", {"extract": report.model_dump(mode="json"),
                                    **result.model_dump(mode="json"),
+                                   "final_tree_sha256": tree_sha256(paths.final),
                                    "sha256": record.diff.sha256})
     except HarnessError as exc:  # DiffTooLarge and UnsafeArchive included
         record.error = exc.line()

@@ -26,6 +26,7 @@ from harness.records.attempt import (
     RECORD_NAME,
     TRANSCRIPT_NAME,
     SessionRecord,
+    read_grades,
     read_record,
     write_record,
 )
@@ -34,7 +35,7 @@ from harness.records.verify import verify_attempt
 from harness.study.session import SessionOptions, run_session
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study
 from tests.fake_model_server import FakeModelServer, Reply, tool_reply
-from tests.helpers import HARNESS
+from tests.helpers import HARNESS, harness, one_error_line
 
 SESSION = "tiny-regression-pair1-control"
 CHANGE = {"tool": "bash", "args": {"command": "echo '# changed by the agent' >> train.py"}}
@@ -60,7 +61,7 @@ def assert_ended_cleanly(attempt: Path, client: docker.DockerClient,
     assert verdict.ok and not verdict.notes, verdict
     assert record.transcript is not None and record.transcript.events == verdict.events
     if record.diff is not None:
-        assert record.grades, "a diff exists but was not graded"
+        assert read_grades(attempt, record), "a diff exists but was not graded"
     assert session_containers(client, SESSION, attempt.parent.parent) == []
     return record
 
@@ -380,7 +381,7 @@ def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
     assert record.processes_stopped is not None
     assert [p.command for p in record.processes_stopped.processes] == ["sleep 60"]
     # Stopping means stopping: the kept diff is graded on request, not on the way out.
-    assert not record.grades and record.diff is not None
+    assert not read_grades(attempt, record) and record.diff is not None
     subprocess.run([*HARNESS, "grade", str(attempt)], capture_output=True, timeout=900)
     assert_ended_cleanly(attempt, client, "interrupted")
 
@@ -404,3 +405,42 @@ def test_an_output_token_budget_stop_quotes_the_output_figure(
     (stop,) = events(attempt, "budget_exhausted")
     assert stop.data["message"] == ("budget exhausted: tokens_output (300 output tokens used, "
                                     "cap 300)")
+
+
+# --- nothing re-blesses an attempt ---------------------------------------------------------------
+
+
+def test_a_swapped_diff_is_refused_by_every_reader_and_nothing_is_written(
+    demo_attempt: Path, tmp_path: Path
+) -> None:
+    """Garbage in place of submission.diff: grading it used to grade the garbage and rewrite
+    the manifest over it; now every command that reads the attempt refuses it by name."""
+    copy = tmp_path / "attempt"
+    shutil.copytree(demo_attempt, copy, symlinks=True)
+    (copy / "submission.diff").write_bytes(b"diff --git a/x b/x\n+garbage\n")
+    listing = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    for args in (["grade", str(copy)], ["grade", str(copy), "--snapshots"],
+                 ["audit", "propose", str(copy)]):
+        one_error_line(harness(*args), "does not verify", "submission.diff")
+    assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == listing
+    result = verify_cli(copy)
+    assert result.returncode == 1 and "submission.diff" in result.stderr
+    timeline = harness("replay", str(copy))
+    assert timeline.returncode == 1 and "submission.diff" in timeline.stdout + timeline.stderr
+
+
+def test_a_regrade_adds_a_folder_and_changes_no_manifest_entry(
+    demo_attempt: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "attempt"
+    shutil.copytree(demo_attempt, copy, symlinks=True)
+    before = json.loads((copy / MANIFEST_NAME).read_text())["files"]
+    record = (copy / RECORD_NAME).read_bytes()
+    result = harness("grade", str(copy))
+    assert result.returncode == 0, result.stderr
+    after = json.loads((copy / MANIFEST_NAME).read_text())["files"]
+    assert {k: after[k] for k in before} == before  # every entry as it was
+    added = sorted(set(after) - set(before))
+    assert added and all(rel.startswith("grades/grade-") for rel in added)
+    assert (copy / RECORD_NAME).read_bytes() == record  # the record is never rewritten
+    assert verify_cli(copy).returncode == 0

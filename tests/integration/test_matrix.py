@@ -21,7 +21,7 @@ import yaml
 
 from harness.infra.sandbox import MANAGED_LABEL
 from harness.paths import REPO_ROOT
-from harness.records.attempt import SessionRecord, study_records
+from harness.records.attempt import SessionRecord, read_grades, study_records
 from tests.conftest import write_script, write_study
 from tests.helpers import HARNESS, harness
 
@@ -49,9 +49,11 @@ def study_containers(client: docker.DockerClient, name: str) -> list[object]:
 
 
 def attempts(tmp: Path, name: str) -> dict[str, list[SessionRecord]]:
+    """Each session's records, with every grading listed (each in its own folder)."""
     found: dict[str, list[SessionRecord]] = {}
-    for _path, record in study_records(tmp / "runs" / name):
-        found.setdefault(record.session_id, []).append(record)
+    for path, record in study_records(tmp / "runs" / name):
+        graded = record.model_copy(update={"grades": read_grades(path, record)})
+        found.setdefault(record.session_id, []).append(graded)
     return found
 
 

@@ -14,7 +14,7 @@ import pytest
 from harness.agent.loop import build_system_prompt
 from harness.agent.tools import ToolSpec
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
-from harness.records.attempt import TRANSCRIPT_NAME, read_record
+from harness.records.attempt import TRANSCRIPT_NAME, read_grades, read_record
 from harness.records.transcript import read_events, verify
 from harness.study.session import SessionOptions, run_session
 from tests.conftest import FAST_RETRY, session_containers, write_script, write_study
@@ -77,7 +77,7 @@ def test_token_budget_stops_before_an_unaffordable_call_and_the_diff_is_graded(
     assert len(server.requests) == 1  # the second call could not fit, so it was never sent
     bound = session_events(attempt, "model_request")[0]["input_tokens_bound"]
     assert server.requests[0]["body"]["max_tokens"] == min(4096, 12000 - bound)
-    assert record.diff is not None and record.grades  # extracted and graded all the same
+    assert record.diff is not None and read_grades(attempt, record)  # graded all the same
 
 
 def test_wall_budget_cancels_an_in_flight_model_call(
@@ -106,7 +106,7 @@ def test_candidate_run_budget(tmp_path: Path) -> None:
                           log=lambda _m: None)
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:candidate_runs"
-    assert record.diff is not None and record.grades  # graded all the same
+    assert record.diff is not None and read_grades(attempt, record)  # graded all the same
     assert record.usage is not None and record.usage.candidate_runs == 1
     assert record.usage.compute_seconds["candidate_runs"] > 0
     first = session_events(attempt, "tool_result")[0]

@@ -18,7 +18,7 @@ from harness.agent.tools import ToolRunner
 from harness.errors import HarnessError
 from harness.infra.sandbox import Sandbox
 from harness.records import events
-from harness.records.attempt import MANIFEST_NAME, TRANSCRIPT_NAME, read_record
+from harness.records.attempt import MANIFEST_NAME, TRANSCRIPT_NAME, read_grades, read_record
 from harness.records.transcript import read_events, verify
 from harness.study.session import SessionOptions, run_session
 from tests.conftest import session_containers, write_script, write_study
@@ -31,7 +31,8 @@ def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient
     assert record.status == "finished" and record.outcome == "submitted"
     assert record.image_id.startswith("sha256:") and record.container
     assert record.diff is not None and record.diff.files_changed
-    assert record.grades and record.grades[-1].verdict == "complete"
+    grades = read_grades(demo_attempt, record)
+    assert grades and grades[-1].verdict == "complete"
     report = verify(demo_attempt / TRANSCRIPT_NAME)
     assert report.ok and not report.partial_tail
     written = read_events(demo_attempt / TRANSCRIPT_NAME)
@@ -180,8 +181,9 @@ def test_tool_call_budget_ends_the_session_and_the_diff_is_still_graded(
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:tool_calls"
     assert record.usage is not None and record.usage.tool_calls == 2
-    assert record.diff is not None and record.grades  # extracted and graded all the same
-    assert record.grades[-1].verdict in ("incomplete", "complete")
+    grades = read_grades(attempt, record)
+    assert record.diff is not None and grades  # extracted and graded all the same
+    assert grades[-1].verdict in ("incomplete", "complete")
 
 
 def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
@@ -198,7 +200,7 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
     results = [e for e in read_events(attempt / TRANSCRIPT_NAME)
                if e.kind == "tool_result"]
     assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
-    assert record.diff is not None and record.grades  # graded all the same
+    assert record.diff is not None and read_grades(attempt, record)  # graded all the same
 
 
 def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> None:
@@ -206,8 +208,8 @@ def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> N
     from harness.oracle.grade import grade_attempt
 
     summary = grade_attempt(demo_attempt, log=lambda _m: None)
-    record = read_record(demo_attempt)
-    first, second = record.grades[0], record.grades[-1]
+    grades = read_grades(demo_attempt)
+    first, second = grades[0], grades[-1]
     assert second == summary and summary.reason is None
     assert first.folder != second.folder  # a new folder: nothing overwritten
     earlier, again = (

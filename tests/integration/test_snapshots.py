@@ -16,6 +16,7 @@ from harness.records.attempt import (
     MANIFEST_NAME,
     SNAPSHOT_GRADES_NAME,
     TRANSCRIPT_NAME,
+    read_grades,
     read_record,
 )
 from harness.records.grades import SnapshotGrades
@@ -65,7 +66,7 @@ def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
     manifest = json.loads((attempt / MANIFEST_NAME).read_text())
     assert {s.data.diff for s in snaps} <= set(manifest["files"])  # type: ignore[attr-defined]
     record = read_record(attempt)
-    assert record.grades[-1].verdict == "complete"
+    assert read_grades(attempt, record)[-1].verdict == "complete"
     assert record.usage is not None and record.usage.harness_seconds > 0
 
     result = harness("grade", str(attempt), "--snapshots")

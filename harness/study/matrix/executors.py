@@ -25,6 +25,7 @@ STOP_WAIT_S = 120.0
 
 SLURM_POLL_S = 2.0
 
+
 class LocalExecutor:
     """Workers as child processes of this run, in their own process groups (Ctrl-C reaches
     only the run, which stops them in order)."""
@@ -76,6 +77,7 @@ class LocalExecutor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
 
 class SlurmExecutor:
     """Each job submitted with sbatch; its state read from squeue."""

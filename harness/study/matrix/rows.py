@@ -15,11 +15,11 @@ from harness.records import outcomes
 from harness.records.attempt import (
     AttemptPaths,
     SessionRecord,
-    manifest_problem,
+    read_grades,
     study_records,
 )
 from harness.records.study import Study
-from harness.records.verify import verify_attempt
+from harness.records.verify import verify_records
 from harness.study.freeze import Frozen, LockedSession
 from harness.study.matrix import slurm
 from harness.study.matrix.state import (
@@ -55,6 +55,7 @@ class SessionRow(BaseModel):
     next: Literal["none", "launch", "grade"] = "none"
     grade_dir: str | None = None
 
+
 class Verifier:
     """Whether a finished attempt's files still match its manifest and its transcript its
     recorded head; cached by the manifest's mtime (grading rewrites it)."""
@@ -68,12 +69,11 @@ class Verifier:
         cached = self._cache.get(attempt_dir)
         if cached and cached[0] == stamp:
             return cached[1]
-        problem = manifest_problem(attempt_dir)
-        if problem is None:
-            verdict = verify_attempt(attempt_dir)
-            problem = None if verdict.ok else f"transcript: {verdict.error}"
+        verdict = verify_records(attempt_dir)
+        problem = None if verdict.ok else verdict.error
         self._cache[attempt_dir] = (stamp, problem)
         return problem
+
 
 def session_hours(record: SessionRecord, session: LockedSession) -> tuple[float, float]:
     """CPU- and GPU-hours an ended attempt used (its ledger's, else its recorded span)."""
@@ -83,6 +83,7 @@ def session_hours(record: SessionRecord, session: LockedSession) -> tuple[float,
     span = max(0.0, end - start) / 3600 if start and end else 0.0
     return session.cpus * span, session.gpus * span
 
+
 def lock_attempts(study: Study, frozen: Frozen) -> dict[str, list[tuple[Path, SessionRecord]]]:
     """Attempts recorded under this lock as part of the frozen study, by session."""
     found: dict[str, list[tuple[Path, SessionRecord]]] = {}
@@ -90,6 +91,7 @@ def lock_attempts(study: Study, frozen: Frozen) -> dict[str, list[tuple[Path, Se
         if record.lock_sha256 == frozen.sha256 and record.in_frozen_study:
             found.setdefault(record.session_id, []).append((attempt_dir, record))
     return found
+
 
 def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord]],
                 max_attempts: int, *, verifier: Verifier | None,
@@ -135,15 +137,16 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
             row.state, row.note = "failed", (f"unclassified outcome {record.outcome!r} (add it "
                                              "to harness/records/outcomes.py)")
             return row
-        good = [g for g in record.grades if g.verdict != GRADER_ERROR]
+        grades = read_grades(attempt_dir, record)
+        good = [g for g in grades if g.verdict != GRADER_ERROR]
         if record.diff is None or good:
             row.state = "finished"
             row.verdict = good[-1].shown() if good else "no diff"
             return row
-        errors = len(record.grades)
+        errors = len(grades)
         row.verdict = GRADER_ERROR if errors else "not graded"
         if errors >= max_attempts:
-            row.state, row.note = "failed", f"{errors} grader errors: {record.grades[-1].reason}"
+            row.state, row.note = "failed", f"{errors} grader errors: {grades[-1].reason}"
         else:
             row.state, row.next, row.grade_dir = "grading", "grade", str(attempt_dir)
         return row
@@ -155,6 +158,7 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         row.note = f"to retry: {failures[-1]}"
     return row
 
+
 def _usage_columns(row: SessionRow, record: SessionRecord) -> None:
     if record.usage is not None:
         row.wall_s = record.usage.wall_seconds
@@ -163,11 +167,13 @@ def _usage_columns(row: SessionRow, record: SessionRecord) -> None:
         row.queue_s = record.launch.queue_seconds
         row.job = record.launch.job_id or row.job
 
+
 def session_rows(study: Study, frozen: Frozen, *, verifier: Verifier | None = None,
                  alive: Callable[[SessionRecord], bool] = record_alive) -> list[SessionRow]:
     attempts = lock_attempts(study, frozen)
     return [session_row(s, attempts.get(s.session_id, []), frozen.lock.max_attempts,
                         verifier=verifier, alive=alive) for s in frozen.lock.sessions]
+
 
 def overlay_jobs(rows: list[SessionRow], jobs: dict[str, Job],
                  slurm_states: dict[str, slurm.JobState] | None = None) -> None:
@@ -185,6 +191,7 @@ def overlay_jobs(rows: list[SessionRow], jobs: dict[str, Job],
         elif row.state not in ("running",):
             row.state = "running"  # started; its record appears within a second
         row.next = "none"
+
 
 def status_rows(study: Study, frozen: Frozen) -> tuple[list[SessionRow], MatrixState]:
     """The rows ``matrix status`` shows: records, plus the jobs a live run or Slurm holds."""

@@ -18,9 +18,7 @@ from harness.errors import HarnessError, Interrupted
 from harness.infra import images
 from harness.infra.sandbox import host_id
 from harness.records import outcomes
-from harness.records.attempt import (
-    read_record,
-)
+from harness.records.attempt import read_grades
 from harness.records.study import Study, load_study
 from harness.study import freeze
 from harness.study.freeze import Frozen, LockedSession
@@ -62,6 +60,7 @@ class RunOptions(BaseModel):
     detach: bool = False  # Slurm: submit and return
     slurm_args: list[str] = Field(default_factory=list)
 
+
 class RunResult(BaseModel):
     rows: list[SessionRow]
     launched: int
@@ -71,7 +70,9 @@ class RunResult(BaseModel):
     def complete(self) -> bool:
         return all(r.state == "finished" for r in self.rows)
 
+
 Display = Callable[[list[SessionRow], str], None]
+
 
 def run_matrix(options: RunOptions, *, log: Callable[[str], None],
                display: Display | None = None) -> RunResult:
@@ -85,6 +86,7 @@ def run_matrix(options: RunOptions, *, log: Callable[[str], None],
     with run_lock(study), signals_as_interrupt():  # SIGTERM/SIGHUP stop it like Ctrl-C
         housekeeping(study)
         return _Run(study, frozen, options, log, display).loop()
+
 
 class _Run:
     def __init__(self, study: Study, frozen: Frozen, options: RunOptions,
@@ -286,21 +288,22 @@ class _Run:
     def _ended(self, job: Job) -> None:
         sid = job.session_id
         attempts = lock_attempts(self.study, self.frozen).get(sid, [])
-        mine = [r for _d, r in attempts if r.attempt > self.attempt_before.get(sid, 0)]
+        mine = [(d, r) for d, r in attempts if r.attempt > self.attempt_before.get(sid, 0)]
         if job.kind == "grade":
             attempt_dir = Path(job.attempt_dir or "")
-            record = read_record(attempt_dir) if attempt_dir.is_dir() else None
-            verdict = record.grades[-1].shown() if record and record.grades else "no grade"
+            grades = read_grades(attempt_dir) if attempt_dir.is_dir() else []
+            verdict = grades[-1].shown() if grades else "no grade"
             self.log(f"graded {sid}: {verdict}")
-            if job.end != "exit 0" and not (record and record.grades):
+            if job.end != "exit 0" and not grades:
                 self._launch_failed(job)
             return
         if not mine:
             self._launch_failed(job)
             return
-        record = mine[-1]
+        attempt_dir, record = mine[-1]
+        grades = read_grades(attempt_dir, record)
         self.log(f"{sid} attempt {record.attempt}: {record.status}, {record.outcome}"
-                 + (f", graded {record.grades[-1].shown()}" if record.grades else ""))
+                 + (f", graded {grades[-1].shown()}" if grades else ""))
         if outcomes.outcome_kind(record.outcome) == "infra":
             self.queued_at[sid] = time.time()  # back in the queue from now
 

@@ -14,12 +14,15 @@ from harness.study.matrix.rows import SessionRow
 
 GRADER_CPUS = SandboxLimits().cpus  # harness/oracle/grade.py's grader containers keep the default
 
+
 def worst_case(session: LockedSession) -> tuple[float, float]:
     """(CPU-hours, GPU-hours) the session may use at most."""
     return worst_case_hours(session.budget, gpus=session.gpus, cpus=session.cpus)
 
+
 def worst_case_seconds(session: LockedSession) -> float:
     return deadline(session.budget, gpus=session.gpus, cpus=session.cpus)[0]
+
 
 def cap_problem(frozen: Frozen, rows: list[SessionRow], reserved: list[LockedSession],
                 session: LockedSession) -> str | None:
@@ -41,8 +44,10 @@ def cap_problem(frozen: Frozen, rows: list[SessionRow], reserved: list[LockedSes
                     f"{session.session_id} may use up to {need:.3f}")
     return None
 
+
 def host_cores() -> int:
     return len(os.sched_getaffinity(0))
+
 
 def local_slots(sessions: list[LockedSession], parallel: int | None,
                 oversubscribe: bool) -> tuple[int, bool]:

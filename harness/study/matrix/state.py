@@ -31,6 +31,7 @@ SessionState = Literal["pending", "queued", "running", "grading", "finished", "f
 
 Executor = Literal["local", "slurm"]
 
+
 class Job(BaseModel):
     """One worker: a session (locally its agent part; on Slurm the session and its grading)
     or a grading."""
@@ -47,6 +48,7 @@ class Job(BaseModel):
     ended_at: float | None = None
     end: str | None = None  # "exit 0", "exit 2", or Slurm's final state
 
+
 class RunEntry(BaseModel):
     run_id: str
     pid: int
@@ -59,6 +61,7 @@ class RunEntry(BaseModel):
     ended_at: float | None = None
     result: str | None = None
 
+
 class MatrixState(BaseModel):
     study: str
     revision: int
@@ -66,8 +69,10 @@ class MatrixState(BaseModel):
     runs: list[RunEntry] = Field(default_factory=list)
     jobs: list[Job] = Field(default_factory=list)
 
+
 def state_path(study: Study, revision: int) -> Path:
     return study.runs_root() / STATE_DIR / f"rev-{revision}.json"
+
 
 def load_state(study: Study, frozen: Frozen) -> MatrixState:
     path = state_path(study, frozen.lock.revision)
@@ -76,16 +81,20 @@ def load_state(study: Study, frozen: Frozen) -> MatrixState:
     return MatrixState(study=study.name, revision=frozen.lock.revision,
                        lock_sha256=frozen.sha256)
 
+
 def save_state(study: Study, state: MatrixState) -> None:
     path = state_path(study, state.revision)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, (state.model_dump_json(indent=1) + "\n").encode())
 
+
 def iso_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
+
 def epoch_of(iso: str | None) -> float | None:
     return datetime.fromisoformat(iso).timestamp() if iso else None
+
 
 def record_alive(record: SessionRecord) -> bool:
     """Whether a session recorded as running still runs: a Slurm-launched one by its job's
@@ -102,6 +111,7 @@ def record_alive(record: SessionRecord) -> bool:
             return state.active
     return harness_alive(record)
 
+
 def housekeeping(study: Study) -> None:
     """Containers of this study's dead workers removed, their sessions marked interrupted."""
     from harness.study.session import mark_interrupted
@@ -109,6 +119,7 @@ def housekeeping(study: Study) -> None:
     client = images.docker_client()
     sandbox.cleanup_orphans(client, labels={"org.harness.study": study.name})
     mark_interrupted(study.runs_root().parent, study_root=study.runs_root(), alive=record_alive)
+
 
 @contextlib.contextmanager
 def run_lock(study: Study) -> Iterator[None]:

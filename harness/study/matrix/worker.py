@@ -31,6 +31,7 @@ ENV_PARENT = "HARNESS_PARENT_PID"
 
 ENV_LOCK = "HARNESS_LOCK_SHA256"
 
+
 def die_with_parent() -> None:
     """Locally: SIGTERM when the matrix run dies, even by SIGKILL (Linux PR_SET_PDEATHSIG),
     so its sessions end recorded and without containers."""
@@ -41,6 +42,7 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != int(parent):  # it died before the call
         raise Interrupted(signal.SIGTERM, "the matrix run that started this worker is gone")
+
 
 def run_worker(study_path: Path, *, session_id: str | None, grade_dir: Path | None,
                grade: bool, log: Callable[[str], None]) -> Path:
@@ -83,6 +85,7 @@ def run_worker(study_path: Path, *, session_id: str | None, grade_dir: Path | No
                                           arm=session.arm, grade=grade, launch=launch,
                                           queued_at=queued_at if launch else None), log=log)
 
+
 def job_start(job: str | None) -> str | None:
     """When Slurm started this job (its StartTime, 1 s resolution), else now."""
     if not job:
@@ -93,11 +96,13 @@ def job_start(job: str | None) -> str | None:
             return iso_time(state.started)
     return iso_time(time.time())
 
+
 def worker_args(study_path: Path, job: Job, grade: bool) -> list[str]:
     args = ["--study", str(study_path)]
     if job.kind == "grade":
         return [*args, "--grade-attempt", str(job.attempt_dir)]
     return [*args, "--session", job.session_id, "--grade" if grade else "--no-grade"]
+
 
 def last_error(log_path: Path) -> str:
     with contextlib.suppress(OSError):

@@ -76,6 +76,10 @@ class Attempt:
         self.writer.append("tool_call", call)
         if name in SNAPSHOT_TOOLS:
             self.snapshots += 1
+            # The snapshot's diff is the file its event vouches for (verify checks it).
+            snap = self.folder / "snapshots" / f"{self.snapshots:04d}.diff"
+            snap.parent.mkdir(exist_ok=True)
+            snap.write_text(f"diff {self.snapshots}")
             self.writer.append("snapshot", {
                 "index": self.snapshots, "trigger": name, "call_id": call_id,
                 "diff": f"snapshots/{self.snapshots:04d}.diff",

@@ -76,3 +76,41 @@ def test_oracle_strength_bad_selection(option: str, value: str, words: tuple[str
     fixture = "tests/fixtures/task_packets/tiny-regression"
     one_error_line(harness("oracle-strength", "--task", "tiny-regression", "--packet", fixture,
                            option, value), *words)
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    # A misspelt key is named first, with the key it probably is, not the "Field required"
+    # its absence causes.
+    (("pairs_per_task:", "pairs_per_tsk:"),
+     ("unknown key `pairs_per_tsk`", "did you mean `pairs_per_task`?")),
+    (("  model:", "  modle:"), ("unknown key `agent.modle`", "did you mean `model`?")),
+    (None, ("not valid YAML at line 3", "expected")),
+    (("", ""), ("is empty",)),
+])
+def test_study_errors_name_the_real_culprit(tmp_path: Path, edit: tuple[str, str] | None,
+                                            words: tuple[str, ...]) -> None:
+    study = write_study(tmp_path, agent={"max_output_tokens": 512})
+    text = study.read_text()
+    if edit is None:
+        text = "name: x\ntasks: [\n"
+    elif edit == ("", ""):
+        text = "  \n"
+    else:
+        assert edit[0] in text
+        text = text.replace(edit[0], edit[1])
+    study.write_text(text)
+    one_error_line(harness("matrix", "plan", "--study", str(study)), *words)
+
+
+def test_an_unknown_provider_is_named_as_such(tmp_path: Path) -> None:
+    study = write_study(tmp_path, agent={"model": "mistral:large"})
+    line = one_error_line(harness("matrix", "plan", "--study", str(study)),
+                          "unknown provider 'mistral'", "anthropic:<model>")
+    assert "^(" not in line  # no regex
+
+
+def test_a_study_path_from_the_environment_says_so(tmp_path: Path) -> None:
+    missing = tmp_path / "gone.yaml"
+    result = harness("matrix", "plan", env={"HARNESS_STUDY": str(missing)})
+    one_error_line(result, "gone.yaml", "does not exist", "came from $HARNESS_STUDY",
+                   "unset $HARNESS_STUDY")
