@@ -53,7 +53,8 @@ def finished_attempt(folder: Path, *, graded: bool = False) -> Path:
         schema_version=SESSION_SCHEMA_VERSION, study="s", session_id="t-pair1-control",
         attempt=1, task="t", pair=1, arm="control", seed=1, model="scripted:x",
         packet_dir="p", hidden_dir="h", image="i", image_id="sha256:0", harness_pid=1,
-        host="h", started_at="now", status="finished", outcome="submitted", transcript=head,
+        host="h", started_at="2026-12-04T00:00:00+00:00", status="finished",
+        outcome="submitted", transcript=head,
         diff=DiffSummary(sha256=hashlib.sha256(DIFF).hexdigest(), bytes=len(DIFF),
                          files_changed=["a.py"])))
     write_manifest(folder)

@@ -23,14 +23,17 @@ from harness.cli.common import (
 
 @clear_errors
 def session(
-    pair: Annotated[int, typer.Option(help="pair number (1..pairs in the study)")],
-    arm: Annotated[str, typer.Option(help="control or treatment")],
+    pair: Annotated[int, typer.Option(metavar="N", help="pair number (1..pairs in the study)")],
+    arm: Annotated[str, typer.Option(metavar="ARM", help="control or treatment")],
     study: StudyOption = None,
-    model: Annotated[str | None, typer.Option(help="PROVIDER:NAME; outside the study")] = None,
+    model: Annotated[str | None, typer.Option(
+        metavar="PROVIDER:NAME", help="another model; the session is then outside the study")]
+    = None,
     grade: Annotated[bool, typer.Option(help="grade the diff when the session ends")] = True,
     gpus: Annotated[int | None, typer.Option(
-        help="GPUs to allocate exclusively (default: what the study promises; another number "
-             "puts the session outside the frozen study)", show_default=False)] = None,
+        min=0, metavar="N", help="GPUs to allocate exclusively (default: what the study "
+        "promises; another number puts the session outside the frozen study)",
+        show_default=False)] = None,
 ) -> None:
     """Run one agent session end to end: container, agent, transcript, diff, grade.
 
@@ -92,18 +95,21 @@ def cleanup(
     runs: RunsOption = DEFAULT_RUNS,
     all_: Annotated[bool, typer.Option("--all", help="also remove live sessions' containers")]
     = False,
-    study: Annotated[str | None, typer.Option(
-        help="only this study's containers and sessions (its name)")] = None,
+    study: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="only this study's containers and sessions (its study file; "
+        "default: every study's)", show_default=False)] = None,
 ) -> None:
     """Remove containers and volumes left by dead harness processes; mark their sessions."""
     from harness.infra.images import docker_client
     from harness.infra.sandbox import cleanup_orphans
+    from harness.records.study import load_study
     from harness.study.matrix.state import record_alive
     from harness.study.session import mark_interrupted
 
-    labels = {"org.harness.study": study} if study else None
+    loaded = load_study(study) if study is not None else None  # a bad path stops here
+    labels = {"org.harness.study": loaded.name} if loaded else None
     report = cleanup_orphans(docker_client(), include_live=all_, labels=labels)
-    marked = mark_interrupted(runs, study_root=runs / study if study else None,
+    marked = mark_interrupted(runs, study_root=loaded.runs_root() if loaded else None,
                               alive=record_alive)
     console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
                   f"volume(s); marked {len(marked)} session(s) interrupted")

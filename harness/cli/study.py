@@ -80,7 +80,7 @@ def _matrix_table(rows: list[Any], title: str) -> Table:
     for column in ("#", "session", "state", "attempt", "outcome", "verdict", "wall s",
                    "tokens", "CPU-h", "GPU-h", "queue s", "job", "note"):
         table.add_column(column, overflow="fold")
-    colours = {"finished": "green", "failed": "red", "interrupted": "yellow",
+    colours = {"finished": "green", "failed": "red", "damaged": "red", "interrupted": "yellow",
                "running": "cyan", "grading": "cyan", "queued": "blue"}
 
     def num(value: float | None, digits: int) -> str:

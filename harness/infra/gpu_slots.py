@@ -32,6 +32,17 @@ def detect_gpus() -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
 
 
+def require_gpus(count: int) -> None:
+    """Refuse, before anything starts, a GPU count this host can never satisfy."""
+    if count < 0:
+        raise HarnessError(f"{count} GPUs asked for", "ask for 0 or more GPUs")
+    have = len(detect_gpus()) if count else 0
+    if count > have:
+        raise HarnessError(f"the session needs {count} GPU(s) but this host has {have}",
+                           "run it on a GPU host (see `harness doctor`), or with --gpus 0 "
+                           "outside the frozen study")
+
+
 class GpuLease:
     """GPUs held by one session; release (or process death) frees them."""
 
@@ -62,7 +73,7 @@ class GpuSlots:
         """Take ``count`` free GPUs, waiting up to ``timeout_s``; all or nothing."""
         if count == 0:
             return GpuLease([], [], 0.0)
-        if count > len(self.gpu_ids):
+        if count < 0 or count > len(self.gpu_ids):
             raise HarnessError(
                 f"the session needs {count} GPU(s) but this host has {len(self.gpu_ids)}",
                 "run it on a GPU host, or declare a CPU configuration",

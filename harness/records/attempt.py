@@ -341,18 +341,41 @@ def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
 
 
 def resolve_attempt(ref: str, runs_root: Path) -> Path:
-    """An attempt folder from a path, or ``STUDY/SESSION`` (the latest attempt)."""
+    """An attempt folder from a path, or ``STUDY/SESSION``: the attempt the study counts.
+
+    That is the latest attempt of the latest frozen revision that ended with the agent's own
+    outcome (an infrastructure failure is retried, an interruption resumed: neither counts);
+    a session with no such attempt resolves to its latest finished one, else its latest.
+    """
     candidates = [Path(ref), runs_root / ref]
     for path in candidates:
-        if (path / RECORD_NAME).is_file():
+        if (path / RECORD_NAME).exists():
             return path
-        attempts = sorted(path.glob("attempt-*"), key=lambda p: int(p.name.split("-")[1]))
+        attempts = sorted((p for p in path.glob("attempt-*")
+                           if p.name.removeprefix("attempt-").isdigit()),
+                          key=lambda p: int(p.name.split("-")[1]))
         if attempts:
-            return attempts[-1]
+            return _counted(attempts)
     raise HarnessError(
         f"no session found at {ref!r}",
         "pass an attempt folder (runs/<study>/<session>/attempt-N) or <study>/<session>",
     )
+
+
+def _counted(attempts: list[Path]) -> Path:
+    ended: list[tuple[Path, SessionRecord]] = []
+    for folder in attempts:
+        try:
+            record = read_record(folder)
+        except HarnessError:
+            continue  # damaged: reading it names the problem; never chosen over a good one
+        if record.status == "finished" and outcomes.outcome_kind(record.outcome) not in (
+                "infra", "interrupted"):
+            ended.append((folder, record))
+    counted = [(f, r) for f, r in ended if r.in_frozen_study]
+    if counted:
+        return max(counted, key=lambda fr: (fr[1].study_revision or 0, fr[1].attempt))[0]
+    return ended[-1][0] if ended else attempts[-1]
 
 
 def manifest_files(folder: Path, *, name: str = MANIFEST_NAME) -> dict[str, str]:

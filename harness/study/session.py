@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from grading.hashing import file_sha256, tree_sha256
 from harness.agent.loop import AgentParts, AgentPrompt, build_system_prompt, run_agent
@@ -34,7 +34,7 @@ from harness.agent.traincheck_tool import TraincheckTool
 from harness.clock import utc_timestamp
 from harness.errors import HarnessError, Interrupted, signals_as_interrupt
 from harness.infra import images
-from harness.infra.gpu_slots import GpuSlots
+from harness.infra.gpu_slots import GpuSlots, require_gpus
 from harness.infra.sandbox import (
     RUNS_LABEL,
     WORKSPACE,
@@ -96,7 +96,7 @@ class SessionOptions(BaseModel):
     snapshots: bool = True
     # GPUs to hold exclusively; None: what the study promises its sessions. Another number
     # puts the session outside the frozen study.
-    gpus: int | None = None
+    gpus: int | None = Field(default=None, ge=0)
     # Set by a matrix worker: how it was launched; its ``queued_at`` starts the queue time.
     launch: LaunchInfo | None = None
     queued_at: float | None = None  # epoch seconds of ``launch.queued_at``
@@ -125,14 +125,17 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     if "traincheck" in arm.extra_tools:  # its frozen reference is checked before any container
         extras["traincheck"] = TraincheckTool.for_task(spec.task, packet, task.hidden_dir(),
                                                        task.reports_root())
+    budget = session_budget(study, packet.spec.default_budget)
+    cpus, study_gpus = session_resources(study, list(packet.spec.configurations))
+    gpus = study_gpus if options.gpus is None else options.gpus
+    # Every argument is checked before any folder exists: a session that cannot get its GPUs
+    # on this host leaves nothing behind.
+    require_gpus(gpus)
     client = images.docker_client()
     # A frozen study that drifted is refused here, before any container; a study never
     # frozen runs, recorded as outside the frozen study.
     frozen = freeze.lock_for_session(study, options.study_path, client)
     image_id = images.image_id(client, arm.image)
-    budget = session_budget(study, packet.spec.default_budget)
-    cpus, study_gpus = session_resources(study, list(packet.spec.configurations))
-    gpus = study_gpus if options.gpus is None else options.gpus
 
     attempt_dir, attempt = new_attempt_dir(study.runs_root() / spec.session_id)
     record = SessionRecord(

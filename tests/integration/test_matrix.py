@@ -96,7 +96,7 @@ def test_sigkill_halfway_then_cleanup_and_rerun_completes_without_redoing_anythi
                    for sid, rs in before.items() if rs[-1].status == "finished"}
     assert any(folders for _a, folders in done_before.values())
 
-    result = harness("cleanup", "--runs", str(tmp_path / "runs"), "--study", name)
+    result = harness("cleanup", "--runs", str(tmp_path / "runs"), "--study", str(study))
     assert result.returncode == 0, result.stderr
     wait_for(lambda: not study_containers(client, name), 60, "the study's containers to go")
 

@@ -14,9 +14,11 @@ from harness.oracle.grade import GRADER_ERROR
 from harness.records import outcomes
 from harness.records.attempt import (
     AttemptPaths,
+    GradeSummary,
     SessionRecord,
     read_grades,
     study_records,
+    unreadable_attempts,
 )
 from harness.records.study import Study
 from harness.records.verify import verify_records
@@ -95,11 +97,16 @@ def lock_attempts(study: Study, frozen: Frozen) -> dict[str, list[tuple[Path, Se
 
 def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord]],
                 max_attempts: int, *, verifier: Verifier | None,
-                alive: Callable[[SessionRecord], bool] = record_alive) -> SessionRow:
+                alive: Callable[[SessionRecord], bool] = record_alive,
+                unreadable: list[tuple[Path, str]] | None = None) -> SessionRow:
     row = SessionRow(order=session.order, session_id=session.session_id, task=session.task,
                      arm=session.arm, comparison=session.comparison, state="pending",
                      attempts=len(attempts), next="launch")
     failures: list[str] = []
+    # A finished attempt whose files changed is evidence gone wrong, not a failure to retry:
+    # the session is shown damaged and nothing launches it again until someone looks.
+    damaged = [f"attempt {folder.name.removeprefix('attempt-')} cannot be read: {problem}"
+               for folder, problem in unreadable or []]
     final: tuple[Path, SessionRecord] | None = None
     for attempt_dir, record in attempts:
         if record.status == "running":
@@ -117,7 +124,7 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
             if problem is None:
                 final = (attempt_dir, record)
             else:
-                failures.append(f"attempt {record.attempt} does not verify ({problem})")
+                damaged.append(f"attempt {record.attempt} does not verify: {problem}")
         elif kind == "infra":
             failures.append(f"attempt {record.attempt}: {record.outcome}"
                             + (f" ({record.error[:120]})" if record.error else ""))
@@ -127,6 +134,9 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         row.outcome = last.outcome
         _usage_columns(row, last)
     if row.state == "running":
+        return row
+    if damaged:
+        row.state, row.next, row.note = "damaged", "none", damaged[-1]
         return row
     if final is not None:
         attempt_dir, record = final
@@ -149,6 +159,11 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
             row.state, row.note = "failed", f"{errors} grader errors: {grades[-1].reason}"
         else:
             row.state, row.next, row.grade_dir = "grading", "grade", str(attempt_dir)
+            cut = _interrupted_grading(attempt_dir, grades)
+            if cut is not None:
+                row.state = "interrupted"
+                row.note = (f"its grading was interrupted ({cut} has no summary); "
+                            "`matrix run` grades it again")
         return row
     if len(failures) >= max_attempts:
         row.state, row.next, row.note = "failed", "none", failures[-1]
@@ -157,6 +172,16 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
     elif failures:
         row.note = f"to retry: {failures[-1]}"
     return row
+
+
+def _interrupted_grading(attempt_dir: Path, grades: list[GradeSummary]) -> str | None:
+    """The newest grades/grade-N folder a grading left without its summary, if any."""
+    done = {g.folder for g in grades}
+    folders = sorted((int(d.name.removeprefix("grade-")), d)
+                     for d in AttemptPaths(root=attempt_dir).grades.glob("grade-*")
+                     if d.name.removeprefix("grade-").isdigit())
+    cut = [d for _n, d in folders if d.relative_to(attempt_dir).as_posix() not in done]
+    return cut[-1].relative_to(attempt_dir).as_posix() if cut else None
 
 
 def _usage_columns(row: SessionRow, record: SessionRecord) -> None:
@@ -171,8 +196,13 @@ def _usage_columns(row: SessionRow, record: SessionRecord) -> None:
 def session_rows(study: Study, frozen: Frozen, *, verifier: Verifier | None = None,
                  alive: Callable[[SessionRecord], bool] = record_alive) -> list[SessionRow]:
     attempts = lock_attempts(study, frozen)
+    unreadable: dict[str, list[tuple[Path, str]]] = {}
+    for folder, problem in unreadable_attempts(study.runs_root()):
+        unreadable.setdefault(folder.parent.name, []).append((folder, problem))
     return [session_row(s, attempts.get(s.session_id, []), frozen.lock.max_attempts,
-                        verifier=verifier, alive=alive) for s in frozen.lock.sessions]
+                        verifier=verifier, alive=alive,
+                        unreadable=unreadable.get(s.session_id))
+            for s in frozen.lock.sessions]
 
 
 def overlay_jobs(rows: list[SessionRow], jobs: dict[str, Job],

@@ -27,7 +27,7 @@ from harness.study.matrix import slurm
 STATE_DIR = "matrix"
 
 SessionState = Literal["pending", "queued", "running", "grading", "finished", "failed",
-                       "interrupted"]
+                       "interrupted", "damaged"]
 
 Executor = Literal["local", "slurm"]
 
@@ -93,7 +93,11 @@ def iso_time(epoch: float) -> str:
 
 
 def epoch_of(iso: str | None) -> float | None:
-    return datetime.fromisoformat(iso).timestamp() if iso else None
+    """Seconds since the epoch of a recorded time; None when absent or not a time."""
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
 
 
 def record_alive(record: SessionRecord) -> bool:

@@ -114,3 +114,20 @@ def test_a_study_path_from_the_environment_says_so(tmp_path: Path) -> None:
     result = harness("matrix", "plan", env={"HARNESS_STUDY": str(missing)})
     one_error_line(result, "gone.yaml", "does not exist", "came from $HARNESS_STUDY",
                    "unset $HARNESS_STUDY")
+
+
+@pytest.mark.parametrize(("gpus", "words"), [("-1", ("--gpus",)), ("1", ("needs 1 GPU",))])
+def test_a_gpu_count_this_host_cannot_give_leaves_nothing(
+    tmp_path: Path, gpus: str, words: tuple[str, ...]
+) -> None:
+    study = write_study(tmp_path)
+    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
+                     "--gpus", gpus, env={"HARNESS_GPU_IDS": ""})
+    one_error_line(result, *words)
+    assert not (tmp_path / "runs").exists()  # no attempt folder, finished or not
+
+
+def test_cleanup_takes_the_study_file(tmp_path: Path) -> None:
+    one_error_line(harness("cleanup", "--study", str(tmp_path / "nope.yaml")),
+                   "nope.yaml", "does not exist")
+    one_error_line(harness("cleanup", "--study", "pilot"), "does not exist")

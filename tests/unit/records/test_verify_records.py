@@ -16,6 +16,7 @@ from harness.records.attempt import (
     read_grades,
     write_grade_summary,
     write_manifest,
+    write_record,
 )
 from harness.records.verify import require_verified, verify_records
 from tests.attempts import finished_attempt
@@ -81,3 +82,18 @@ def test_a_grading_adds_entries_and_never_changes_one(tmp_path: Path) -> None:
     with pytest.raises(HarnessError, match=r"submission\.diff no longer matches"):
         extend_manifest(attempt)
     assert (attempt / "manifest.json").read_bytes() == listed != before
+
+
+def test_study_session_resolves_to_the_attempt_the_study_counts(tmp_path: Path) -> None:
+    from harness.records.attempt import read_record, resolve_attempt
+
+    session = tmp_path / "runs" / "s" / "t-pair1-control"
+    for n, (outcome, frozen) in enumerate([("submitted", True), ("harness_error", True),
+                                           ("interrupted", True), ("submitted", False)], 1):
+        folder = finished_attempt(session / f"attempt-{n}")
+        record = read_record(folder).model_copy(update={
+            "attempt": n, "outcome": outcome, "in_frozen_study": frozen,
+            "status": "interrupted" if outcome == "interrupted" else "finished"})
+        write_record(folder, record)
+    # Not the latest (outside the study), nor the retried infrastructure failure.
+    assert resolve_attempt("s/t-pair1-control", tmp_path / "runs") == session / "attempt-1"
