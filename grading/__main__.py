@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         hidden_timeout_s=args.hidden_timeout_s,
         hidden_test_timeout_s=args.hidden_test_timeout_s,
         expect_hidden_sha256=args.expect_hidden_sha256,
+        announce=True,
     )
     try:
         report = grade(opts)

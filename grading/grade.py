@@ -98,6 +98,15 @@ def _expect_same(what: str, path: Path, expected: str | None) -> str:
     return got
 
 
+def announce(opts: GradeOptions, contracts: list[ContractResult]) -> None:
+    """Each contract's outcome on stdout as soon as it is decided (``grading: contract ID:
+    OUTCOME``), for whoever follows the grade as it runs; grade.json stays the record."""
+    if not opts.announce:
+        return
+    for contract in contracts:
+        print(f"grading: contract {contract.id}: {contract.outcome}", flush=True)
+
+
 def grade(opts: GradeOptions) -> GradeReport:
     """Grade one submission and return the report (the caller writes it)."""
     started, t0 = _now(), time.monotonic()
@@ -156,6 +165,8 @@ def grade(opts: GradeOptions) -> GradeReport:
         # Mutation analysis runs the public tests last unless they are the cheapest contract
         # that ran the mutated statement (see grading.mutants.CoverageMap.select).
         public = None if opts.public_tests_last else _public_contract(opts, layout)
+        if public is not None:
+            announce(opts, [public])
         if public is not None and opts.stop_at_first_failure and \
                 public.outcome in FAILING_OUTCOMES:
             hidden = [ContractResult(id=HIDDEN_PREFIX + t.nodeid, kind="hidden_check",
@@ -165,6 +176,7 @@ def grade(opts: GradeOptions) -> GradeReport:
         elif checks.is_dir():
             _expect_same("the graded tree", tree, graded_sha)
             hidden = run_hidden_checks(opts, layout)
+            announce(opts, hidden)
         else:
             # A task whose oracle is not written yet is graded as such, never as complete.
             hidden = [ContractResult(
@@ -179,6 +191,7 @@ def grade(opts: GradeOptions) -> GradeReport:
                                     reason=STOPPED_AT_FAILURE)
         elif public is None:
             public = _public_contract(opts, layout)
+            announce(opts, [public])
         # The public tests are listed first whichever ran first.
         contracts = [public, *hidden]
         _expect_same("the graded tree", tree, graded_sha)

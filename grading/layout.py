@@ -56,6 +56,8 @@ class GradeOptions:
     # stop at the first failing one and report the rest ``not_run``. A session's grade never
     # sets this; its report must hold every contract.
     stop_at_first_failure: bool = False
+    # Each contract's outcome on stdout as it is decided (a session's grade; the host shows it).
+    announce: bool = False
     # Mutation analysis only: which contracts a mutant's grade runs, in the order the
     # reference's per-check coverage gives. ``hidden_tests``: exact node ids to run, in this
     # order (None: all); ``public_tests``: whether the public test command runs; the others are

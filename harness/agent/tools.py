@@ -19,11 +19,11 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
-from harness import jsontext
 from harness.agent.providers.base import UNPARSED_ARGUMENTS
 from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLost
 from harness.records.budget import ComputeCategory, Ledger
 from harness.records.packets import TaskPacket
+from harness.text import first_lone_surrogate
 
 # Arguments travel on the exec command line, which Linux caps at 128 KiB per argument.
 MAX_EXEC_ARGUMENT_BYTES = 100_000
@@ -117,7 +117,7 @@ ExtraTool = Callable[..., "ToolResult"]
 def _lone_surrogate(value: Any, where: str) -> str | None:
     """Where a lone surrogate sits in a tool argument, as a line for the model; else None."""
     if isinstance(value, str):
-        found = jsontext.first_lone_surrogate(value)
+        found = first_lone_surrogate(value)
         if found is None:
             return None
         index, codepoint = found

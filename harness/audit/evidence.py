@@ -25,10 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from grading.hashing import file_sha256
-from harness import jsontext
 from harness.agent.snapshots import SNAPSHOT_TOOLS
-from harness.audit.text import inert_block
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.records import events
 from harness.records.attempt import (
@@ -55,6 +52,7 @@ from harness.records.chains import (
     SnapshotState,
     Violation,
 )
+from harness.records.clock import utc_timestamp
 from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import (
     Event,
@@ -64,6 +62,7 @@ from harness.records.transcript import (
     verify,
 )
 from harness.records.verify import verify_records
+from harness.text import inert_block, json_dumps
 
 DIAGNOSTIC_TOOL = "traincheck"
 OWN_RUN_TOOLS = frozenset({"run_public_tests", "run_candidate"})
@@ -94,12 +93,12 @@ def _validate_judgement(kind: str, data: dict[str, Any]) -> None:
 
 def inert(text: str) -> str:
     """``text`` as a terminal may show it: every unsafe character written as its escape
-    (``harness.audit.text``), so it shows what the transcript holds and obeys none of it."""
+    (``harness.text``), so it shows what the transcript holds and obeys none of it."""
     return inert_block(text)
 
 
 def _short(value: Any, limit: int = ARGS_CHARS) -> str:
-    text = jsontext.dumps(value, sort_keys=True, compact=True)
+    text = json_dumps(value, sort_keys=True, compact=True)
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -356,7 +355,7 @@ def propose(attempt: Path) -> ChainProposal:
 
 def _proposal_bytes(proposal: ChainProposal) -> bytes:
     # jsontext, not model_dump_json: transcript text may hold lone surrogates, kept exactly.
-    return (jsontext.dumps(proposal.model_dump(mode="json"), indent=1) + "\n").encode()
+    return (json_dumps(proposal.model_dump(mode="json"), indent=1) + "\n").encode()
 
 
 def read_proposal(attempt: Path) -> tuple[ChainProposal, str]:

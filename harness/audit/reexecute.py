@@ -32,7 +32,6 @@ from pydantic import BaseModel, Field
 
 from harness.agent.tools import ExtraTool, ToolResult, ToolRunner
 from harness.audit import replay as rp
-from harness.audit.text import one_line
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.sandbox import WORKSPACE, Sandbox, SandboxLimits, SandboxLost
@@ -50,6 +49,7 @@ from harness.records.budget import Budget, Ledger
 from harness.records.events import call_result_pairs
 from harness.records.packets import load_packet
 from harness.records.transcript import read_text
+from harness.text import one_line
 
 MAX_TREE_BYTES = 512 * 1024**2  # harness.study.session's caps, not imported (that pulls providers)
 MAX_DIFF_BYTES = 32 * 1024**2

@@ -8,7 +8,7 @@ itself is a row of its own: nothing is dropped or smoothed over.
 Every byte of the attempt folder is treated as hostile, whether verified or not (a verified
 transcript still holds whatever the agent and its programs printed): lines, blobs, artifacts
 and grade files are read with size caps, and text meant for a terminal goes through
-``harness.audit.text``, which turn control characters, terminal escape
+``harness.text``, which turn control characters, terminal escape
 sequences, bidi overrides and lone surrogates into visible escapes. Rich is only ever given
 ``Text`` objects, so ``[bold]`` in an output stays literal.
 
@@ -33,7 +33,6 @@ from typing import Any, Literal, TypeGuard
 from pydantic import BaseModel, Field
 
 from grading.hashing import file_sha256 as file_sha256_of
-from harness.audit.text import one_line
 from harness.errors import HarnessError
 from harness.records.attempt import (
     BLOB_DIR,
@@ -45,6 +44,7 @@ from harness.records.attempt import (
     read_record,
 )
 from harness.records.verify import verify_records
+from harness.text import one_line
 
 # A line longer than this is not parsed (a real event's strings are capped at 64 KiB each and
 # larger ones go to blobs, so only a damaged or forged line gets near it).
@@ -89,7 +89,7 @@ class Capped:
 
 
 def _decode(raw: bytes) -> str:
-    # Text blobs were written with surrogatepass (harness.jsontext); a forged one may not be
+    # Text blobs were written with surrogatepass (harness.text); a forged one may not be
     # UTF-8 at all, and a cut may split a character.
     try:
         return raw.decode("utf-8", "surrogatepass")

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.audit.replay import SEARCH_TEXT_BYTES, Replay, ReplayEvent, Snapshot, is_blob_ref
-from harness.audit.text import inert_block, one_line
+from harness.text import inert_block, one_line
 
 
 class Filters(BaseModel):

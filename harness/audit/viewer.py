@@ -6,7 +6,7 @@ cuts), and a Content-Security-Policy allows no network at all and only the page'
 (by its hash), so even a string that slipped past escaping could not run.
 
 Everything taken from the attempt is hostile: every text goes through
-:func:`harness.audit.text.inert_block` and ``html.escape`` before it is written, and the data
+:func:`harness.text.inert_block` and ``html.escape`` before it is written, and the data
 the script reads sits in a ``<script type="application/json">`` block with ``<``, ``>`` and
 ``&`` written as JSON escapes, so no ``</script>`` can end it early. The script only ever
 sets ``textContent``.
@@ -26,12 +26,12 @@ from typing import Any
 
 from harness.audit import replay
 from harness.audit.replay import Capped, Replay, ReplayEvent
-from harness.audit.text import inert_block, one_line
 from harness.records.attempt import (
     RECORD_NAME,
     AttemptPaths,
     atomic_write,
 )
+from harness.text import inert_block, one_line
 
 # One output, blob, artifact, message or diff: at most this much inline (head and tail).
 OUTPUT_CAP = 1024**2

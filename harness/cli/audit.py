@@ -163,7 +163,7 @@ def replay_reexecute(attempt: ReplayAttempt, runs: RunsOption = DEFAULT_RUNS) ->
 
     from harness.audit.reexecute import reexecute as run_again
     from harness.audit.reexecute import report_lines
-    from harness.audit.text import inert_block
+    from harness.text import inert_block
 
     def inert(message: str) -> None:
         console.print(Text(inert_block(message)), soft_wrap=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -20,6 +23,9 @@ from harness.cli.common import (
     study_path,
 )
 
+if TYPE_CHECKING:  # the face imports the library only when a command runs
+    from harness.study.progress import SessionProgress
+
 
 @clear_errors
 def session(
@@ -30,6 +36,9 @@ def session(
         metavar="PROVIDER:NAME", help="another model; the session is then outside the study")]
     = None,
     grade: Annotated[bool, typer.Option(help="grade the diff when the session ends")] = True,
+    scratch: Annotated[bool, typer.Option(
+        "--scratch", help="run the same session outside the study, for trying things: its own "
+        "runs folder (runs/scratch/<study>/), never counted")] = False,
     gpus: Annotated[int | None, typer.Option(
         min=0, metavar="N", help="GPUs to allocate exclusively (default: what the study "
         "promises; another number puts the session outside the frozen study)",
@@ -39,14 +48,49 @@ def session(
 
     Without --study: the default study, $HARNESS_STUDY if set, else the pilot.
 
-    A frozen study that drifted from its lock is refused; a session on a study never frozen,
-    or with --model, is recorded as outside the frozen study.
+    On a frozen study this is the study's own session: it says so first, and its outcome is
+    final. A frozen study that drifted from its lock is refused; a session on a study never
+    frozen, with --model or --gpus, or with --scratch, is recorded as outside the study.
     """
+    from harness.study.progress import SessionProgress
     from harness.study.session import SessionOptions, run_session
 
-    attempt = run_session(SessionOptions(study_path=study_path(study), pair=pair, arm=arm,
-                                         model=model, grade=grade, gpus=gpus), log=log)
+    options = SessionOptions(study_path=study_path(study), pair=pair, arm=arm, model=model,
+                             grade=grade, gpus=gpus, scratch=scratch)
+    progress = SessionProgress()
+    with progress_shown(progress) as say:
+        attempt = run_session(options, log=say, progress=progress)
     print_sessions([attempt])
+
+
+@contextlib.contextmanager
+def progress_shown(progress: SessionProgress) -> Iterator[Callable[[str], None]]:
+    """Show ``progress.line()`` while the block runs: a live line on a terminal, a plain line
+    a minute otherwise (logs, CI). Yields the function that prints other messages."""
+    if console.is_terminal:
+        from rich.live import Live
+        from rich.text import Text
+
+        class Line:
+            def __rich__(self) -> Text:
+                return Text(progress.line())
+
+        with Live(Line(), console=console, refresh_per_second=2, transient=True) as live:
+            yield lambda message: live.console.print(message, markup=False, highlight=False)
+        return
+    done = threading.Event()
+
+    def every_minute() -> None:
+        while not done.wait(60):
+            log(progress.line())
+
+    ticker = threading.Thread(target=every_minute, name="progress", daemon=True)
+    ticker.start()
+    try:
+        yield log
+    finally:
+        done.set()
+        ticker.join(5)
 
 
 @clear_errors
@@ -138,7 +182,7 @@ def print_sessions(attempts: list[Path]) -> None:
 
     table = Table(title="sessions")
     for column in ("session", "attempt", "outcome", "files changed", "verdict", "contracts",
-                   "wall s", "tool calls", "image"):
+                   "wall s", "tool calls", "tokens", "image"):
         table.add_column(column)
     for attempt in attempts:
         rec = read_record(attempt)
@@ -151,6 +195,7 @@ def print_sessions(attempts: list[Path]) -> None:
             ", ".join(f"{k} {v}" for k, v in grade.counts.items() if v) if grade else "-",
             f"{rec.usage.wall_seconds:.1f}" if rec.usage else "-",
             str(rec.usage.tool_calls) if rec.usage else "-",
+            str(rec.usage.tokens_total) if rec.usage else "-",
             rec.image_id[7:19],
         )
     console.print(table)

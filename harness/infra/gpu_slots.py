@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import HarnessError
@@ -69,8 +70,10 @@ class GpuSlots:
         self.lock_dir = lock_dir
         self.gpu_ids = detect_gpus() if gpu_ids is None else list(gpu_ids)
 
-    def acquire(self, count: int, *, timeout_s: float = 0.0, poll_s: float = 0.2) -> GpuLease:
-        """Take ``count`` free GPUs, waiting up to ``timeout_s``; all or nothing."""
+    def acquire(self, count: int, *, timeout_s: float = 0.0, poll_s: float = 0.2,
+                on_wait: Callable[[str], None] | None = None) -> GpuLease:
+        """Take ``count`` free GPUs, waiting up to ``timeout_s``; all or nothing.
+        ``on_wait`` hears once what is waited for, when the first try finds too few free."""
         if count == 0:
             return GpuLease([], [], 0.0)
         if count < 0 or count > len(self.gpu_ids):
@@ -96,6 +99,11 @@ class GpuSlots:
             for _gpu, fd in held:  # not enough free: give back what we took, then wait
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
+            if on_wait is not None:
+                on_wait(f"waiting for {count} free GPU(s) of {len(self.gpu_ids)} on this host "
+                        f"({len(held)} free now; other sessions hold the rest), up to "
+                        f"{timeout_s:.0f} s")
+                on_wait = None
             if time.monotonic() - started >= timeout_s:
                 raise HarnessError(
                     f"no {count} free GPU(s) within {timeout_s:.0f} s "

@@ -28,7 +28,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -373,6 +373,7 @@ class Sandbox:
         env: dict[str, str] | None = None,
         workdir: str = WORKSPACE,
         user: str = AGENT_USER,
+        on_output: Callable[[bytes], None] | None = None,
     ) -> ExecResult:
         """Run a command; past ``timeout_s`` every process it started is killed. ``artifact``
         keeps its whole output up to the smaller of ``artifact_cap`` and the limits' cap.
@@ -406,6 +407,8 @@ class Sandbox:
         def pump() -> None:
             for chunk in stream:
                 sink.write(chunk)
+                if on_output is not None:  # a follower of the output as it comes
+                    on_output(chunk)
 
         reader = threading.Thread(target=pump, name=f"exec-{call_id}", daemon=True)
         reader.start()

@@ -33,7 +33,6 @@ from pydantic import BaseModel, ValidationError
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.sandbox import ExecResult, Sandbox, SandboxLimits
@@ -49,9 +48,11 @@ from harness.records.attempt import (
     write_grade_summary,
     write_manifest,
 )
+from harness.records.clock import utc_timestamp
 from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import read_events
 from harness.records.verify import require_verified
+from harness.text import one_line
 
 INPUT_DIR = "/workspace/in"
 OUTPUT_DIR = "/workspace/out"
@@ -219,12 +220,34 @@ def collect_grade(sandbox: Sandbox, result: ExecResult, out_dir: Path, expected:
     return bind_report(raw, expected)
 
 
+class ContractLines:
+    """Each contract's outcome as the grader announces it (``grading: contract ID: OUTCOME``),
+    passed on while it grades; the grader's other output is not shown, and nothing shown is
+    longer than one inert line."""
+
+    PREFIX = b"grading: contract "
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.pending += chunk
+        *lines, self.pending = self.pending.split(b"\n")
+        self.pending = self.pending[-4096:]  # a line that never ends is not a contract line
+        for line in lines:
+            if line.startswith(self.PREFIX):
+                text = line[len(self.PREFIX):].decode("utf-8", "replace")
+                self.log(f"  {one_line(text, 200)}")
+
+
 def grade_diff(
     inputs: GraderInputs,
     out_dir: Path,
     *,
     client: docker.DockerClient,
     timeout_s: float | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> GradeReport:
     """Grade one diff in a fresh grader container; ``out_dir`` (new, empty) gets the results.
 
@@ -263,6 +286,7 @@ def grade_diff(
                  "--work", f"{WORK_DIR}/grade", "--submission-id", submission_id,
                  "--expect-hidden-sha256", expected.hidden_tree_sha256],
                 timeout_s=timeout_s, artifact=out_dir / "grader-output.log", user=JUDGE_USER,
+                on_output=None if log is None else ContractLines(log).feed,
             )
             record.update({"exit_code": result.exit_code, "timed_out": result.timed_out,
                            "duration_s": result.duration_s})
@@ -303,7 +327,7 @@ def grade_attempt(
     folder = str(out_dir.relative_to(attempt_dir))
     log(f"grading {record.session_id} in a fresh grader container")
     try:
-        report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s)
+        report = grade_diff(inputs, out_dir, client=client, timeout_s=timeout_s, log=log)
         summary = GradeSummary(
             verdict=report.verdict, folder=folder,
             counts={str(k): n for k, n in report.counts.items()},

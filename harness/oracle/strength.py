@@ -38,7 +38,6 @@ from grading.mutant_report import (
     read_partial,
 )
 from grading.yamlfile import YamlFileError, load_model
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.workspace import snapshot_baseline
@@ -46,6 +45,7 @@ from harness.oracle.grade import GraderFailed
 from harness.oracle.mutant_pool import MutantInputs, grade_in_pool, grade_reference
 from harness.oracle.mutation import OPERATORS, Mutant, generate_mutants
 from harness.records.attempt import new_numbered_dir
+from harness.records.clock import utc_timestamp
 
 REPORT_SCHEMA_VERSION = 1
 GOAL = 0.9

@@ -22,11 +22,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from grading.hashing import file_sha256
 from grading.models import Verdict
 from grading.yamlfile import M
-from harness import jsontext
 from harness.errors import HarnessError
 from harness.records import outcomes
 from harness.records.budget import Usage
 from harness.records.processes import StopReport
+from harness.text import json_dumps
 
 RECORD_NAME = "session.json"
 MANIFEST_NAME = "manifest.json"
@@ -256,7 +256,7 @@ def write_record(attempt_dir: Path, record: SessionRecord) -> None:
     # Assignments are not validated: check here what every reader will check (an unclassified
     # outcome), so a record that could not be read back is never written.
     SessionRecord.model_validate(data)
-    text = jsontext.dumps(data, indent=2)
+    text = json_dumps(data, indent=2)
     atomic_write(attempt_dir / RECORD_NAME, text.encode())
 
 
@@ -513,8 +513,10 @@ def _grade_number(folder: str) -> int:
 
 
 def all_records(runs_root: Path) -> list[tuple[Path, SessionRecord]]:
-    """Every session record under a runs folder (all studies)."""
-    return _records(runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}"))
+    """Every session record under a runs folder (all studies, and their scratch sessions
+    under ``scratch/<study>/``)."""
+    return _records([*runs_root.glob(f"*/*/attempt-*/{RECORD_NAME}"),
+                     *runs_root.glob(f"scratch/*/*/attempt-*/{RECORD_NAME}")])
 
 
 def study_records(study_root: Path) -> list[tuple[Path, SessionRecord]]:

@@ -6,7 +6,7 @@ data goes to ``<dir>/blobs/<sha256>`` and events refer to it with a :class:`Blob
 line salvaged on reopening, and every string of an event over ``INLINE_TEXT_BYTES`` (a long
 output, a model's 10 MB tool argument), which becomes ``{"blob", "size", "text": "utf-8"}``.
 The verifier re-hashes every referenced blob. Strings are kept exactly, lone surrogates
-included (:mod:`harness.jsontext`).
+included (:mod:`harness.text`).
 
 A hash chain cannot tell that events were cut off the *end*; callers that need that record
 :attr:`TranscriptWriter.last_hash` somewhere else and pass it to :func:`verify` as
@@ -31,10 +31,10 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness import jsontext
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.records.attempt import BLOB_DIR
+from harness.records.clock import utc_timestamp
+from harness.text import json_dumps
 
 GENESIS_HASH = "0" * 64
 # A string longer than this (UTF-8 bytes) is stored as a blob; the same text stored twice (a
@@ -49,7 +49,7 @@ _READ_CHUNK = 1 << 16
 
 def canonical_json(obj: Any) -> bytes:
     """The one byte encoding that is hashed and written; any other encoding is a tamper."""
-    return jsontext.dumps(obj, sort_keys=True, compact=True).encode("utf-8")
+    return json_dumps(obj, sort_keys=True, compact=True).encode("utf-8")
 
 
 def event_hash(seq: int, ts: str, kind: str, data: dict[str, Any], prev_hash: str) -> str:
@@ -212,6 +212,8 @@ class TranscriptWriter:
         # passes harness.records.events.validate; the chain itself does not depend on any schema).
         self.path = Path(path)
         self._validate = validate
+        # Readers of the live session (a progress line): told of each event once it is durable.
+        self._watchers: list[Callable[[Event], None]] = []
         self.blob_dir = blob_dir(self.path)
         self._lock = threading.Lock()
         self._next_seq = 0
@@ -326,7 +328,15 @@ class TranscriptWriter:
             self._size += len(line)
             self._next_seq = seq + 1
             self._last_hash = event.hash
-            return event
+        for watcher in list(self._watchers):
+            # A display must never stop the record: what it cannot show, it does not show.
+            with contextlib.suppress(Exception):
+                watcher(event)
+        return event
+
+    def watch(self, watcher: Callable[[Event], None]) -> None:
+        """Call ``watcher`` with every event appended from now on, after it is written."""
+        self._watchers.append(watcher)
 
     def _spill(self, value: Any) -> Any:
         """``value`` with every string over INLINE_TEXT_BYTES stored as a text blob."""

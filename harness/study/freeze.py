@@ -35,12 +35,12 @@ from pydantic import BaseModel, ValidationError
 from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import tools_for_arm
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.paths import CACHE_DIR, REPO_ROOT
 from harness.records.attempt import read_record
 from harness.records.budget import Budget
+from harness.records.clock import utc_timestamp
 from harness.records.packets import load_packet
 from harness.records.study import (
     ArmName,

@@ -31,7 +31,6 @@ from harness.agent.snapshots import Snapshots
 from harness.agent.tools import ExtraTool, ToolRunner, ToolSpec
 from harness.agent.toolsets import tools_for_arm
 from harness.agent.traincheck_tool import TraincheckTool
-from harness.clock import utc_timestamp
 from harness.errors import HarnessError, Interrupted, signals_as_interrupt
 from harness.infra import images
 from harness.infra.gpu_slots import GpuSlots, require_gpus
@@ -66,6 +65,7 @@ from harness.records.attempt import (
     write_record,
 )
 from harness.records.budget import Budget, Ledger
+from harness.records.clock import utc_timestamp
 from harness.records.packets import TaskPacket, load_packet
 from harness.records.processes import StopReport
 from harness.records.study import (
@@ -79,6 +79,7 @@ from harness.records.study import (
 )
 from harness.records.transcript import TranscriptWriter
 from harness.study import freeze
+from harness.study.progress import SessionProgress
 
 MAX_TREE_BYTES = 512 * 1024**2
 MAX_DIFF_BYTES = 32 * 1024**2
@@ -97,12 +98,15 @@ class SessionOptions(BaseModel):
     # GPUs to hold exclusively; None: what the study promises its sessions. Another number
     # puts the session outside the frozen study.
     gpus: int | None = Field(default=None, ge=0)
+    # The same session outside the study: runs/scratch/<study>/, never under a lock.
+    scratch: bool = False
     # Set by a matrix worker: how it was launched; its ``queued_at`` starts the queue time.
     launch: LaunchInfo | None = None
     queued_at: float | None = None  # epoch seconds of ``launch.queued_at``
 
 
-def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> Path:
+def run_session(options: SessionOptions, log: Callable[[str], None] = print,
+                progress: SessionProgress | None = None) -> Path:
     """Run one session; returns its attempt folder. Bad input fails before any container."""
     study = load_study(options.study_path)
     spec = assignment(study, options.pair, options.arm)
@@ -134,15 +138,25 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     client = images.docker_client()
     # A frozen study that drifted is refused here, before any container; a study never
     # frozen runs, recorded as outside the frozen study.
-    frozen = freeze.lock_for_session(study, options.study_path, client)
+    # A scratch session is the same session outside the study: its own runs folder, no lock,
+    # never counted.
+    frozen = None if options.scratch else freeze.lock_for_session(
+        study, options.study_path, client)
     image_id = images.image_id(client, arm.image)
+    counted = frozen is not None and options.model is None and gpus == study_gpus
+    if counted and options.launch is None:
+        assert frozen is not None
+        log(f"this is session {spec.session_id} of the frozen study {study.name}, revision "
+            f"{frozen.lock.revision}: its outcome is final (--scratch runs it outside the "
+            "study, for trying things)")
+    runs_root = scratch_root(study) if options.scratch else study.runs_root()
 
-    attempt_dir, attempt = new_attempt_dir(study.runs_root() / spec.session_id)
+    attempt_dir, attempt = new_attempt_dir(runs_root / spec.session_id)
     record = SessionRecord(
         schema_version=SESSION_SCHEMA_VERSION, study=study.name,
         session_id=spec.session_id, attempt=attempt, task=spec.task,
         pair=spec.pair, arm=spec.arm, seed=spec.seed, model=agent_settings.model,
-        in_frozen_study=frozen is not None and options.model is None and gpus == study_gpus,
+        in_frozen_study=counted,
         study_revision=frozen.lock.revision if frozen else None,
         lock_sha256=frozen.sha256 if frozen else None, launch=options.launch,
         packet_dir=str(packet.root),
@@ -153,12 +167,14 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
     log(f"session {spec.session_id} attempt {attempt}: {attempt_dir}"
         + ("" if record.in_frozen_study else " (outside the frozen study)"))
     transcript = TranscriptWriter(AttemptPaths(root=attempt_dir).transcript, events.validate)
+    if progress is not None:
+        transcript.watch(progress.observe)
     try:
         with signals_as_interrupt():
             _run_attempt(Attempt(study=study, options=options, record=record, dir=attempt_dir,
                                  packet=packet, agent=agent_settings, provider=provider,
                                  tools=tools, extras=extras, budget=budget, cpus=cpus,
-                                 gpus=gpus), client, transcript, log)
+                                 gpus=gpus), client, transcript, log, progress)
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, f"session recorded as interrupted in {attempt_dir}") from None
@@ -170,8 +186,15 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print) -> 
 
         if frozen is not None:  # the hidden checks must still be the frozen ones
             freeze.check(frozen, study, options.study_path, client)
+        if progress is not None:
+            progress.waiting("grading in a fresh grader container")
         grade_attempt(attempt_dir, client=client, log=log)
     return attempt_dir
+
+
+def scratch_root(study: Study) -> Path:
+    """Where ``--scratch`` sessions of a study go: beside the studies' runs, never in them."""
+    return study.runs_root().parent / "scratch" / study.name
 
 
 @dataclass(frozen=True)
@@ -193,7 +216,7 @@ class Attempt:
 
 
 def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: TranscriptWriter,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], progress: SessionProgress | None) -> None:
     study, options, record = attempt.study, attempt.options, attempt.record
     attempt_dir, packet, provider = attempt.dir, attempt.packet, attempt.provider
     tools, extras, budget = attempt.tools, attempt.extras, attempt.budget
@@ -216,7 +239,12 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
     slots = GpuSlots(study.runs_root().parent / ".gpu-slots")
     sandbox: Sandbox | None = None
     try:
-        with slots.acquire(gpus, timeout_s=0 if gpus == 0 else 3600) as lease:
+        def waiting(message: str) -> None:
+            log(message)
+            if progress is not None:
+                progress.waiting(message)
+
+        with slots.acquire(gpus, timeout_s=0 if gpus == 0 else 3600, on_wait=waiting) as lease:
             ledger.add_queue(lease.waited_s)
             if options.queued_at is not None and record.launch is not None:
                 # Queue time runs from the matrix's start (or the job's submission) to the

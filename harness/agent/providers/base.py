@@ -23,9 +23,9 @@ from pydantic import BaseModel, Field, field_validator
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_exponential_jitter
 
-from harness import jsontext
 from harness.errors import HarnessError
 from harness.records.study import AgentSettings, RetryPolicy
+from harness.text import scrub_surrogates
 
 # The one argument a call carries when the model's arguments were not a JSON object of finite
 # values: their text, kept so the transcript records what was sent; the tool refuses the call.
@@ -187,7 +187,7 @@ class Provider(ABC):
         policy = self.retry_policy
         started = time.monotonic()
         attempt_no = 0
-        wire = jsontext.scrub(messages)
+        wire = scrub_surrogates(messages)
 
         def attempt() -> ModelTurn:
             nonlocal attempt_no
