@@ -221,7 +221,8 @@ class SnapshotGrade(BaseModel):
 
 
 class Snapshot(BaseModel):
-    """A ``snapshot`` event (issue 15 part 1) with its grade, when one was recorded."""
+    """A ``snapshot`` event (the code at one point of the trajectory) with its grade, when one
+    was recorded."""
 
     seq: int | None
     line: int

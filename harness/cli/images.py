@@ -18,8 +18,10 @@ app = typer.Typer(no_args_is_help=True, help="Build and inspect the harness imag
 @app.command("build")
 @clear_errors
 def images_build(
-    names: Annotated[list[str] | None, typer.Argument(help="images (default: all)")] = None,
-    torch: Annotated[str | None, typer.Option(help="torch pin, e.g. torch==2.13.0")] = None,
+    names: Annotated[list[str] | None, typer.Argument(
+        metavar="IMAGE", help="images (default: all)")] = None,
+    torch: Annotated[str | None, typer.Option(
+        metavar="SPEC", help="torch pin, e.g. torch==2.13.0")] = None,
     force: Annotated[bool, typer.Option(help="rebuild even if inputs did not change")] = False,
 ) -> None:
     """Build the rootfs, base, control, treatment and grader images (offline)."""

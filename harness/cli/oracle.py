@@ -23,22 +23,28 @@ from harness.paths import REPO_ROOT
 @clear_errors
 def oracle_strength_cmd(
     task: TaskOption,
-    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
-    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
-    report_dir: Annotated[Path, typer.Option(help="where <task>.json/.md go (and where "
+    packet: Annotated[Path | None, typer.Option(metavar="DIR", help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(metavar="DIR", help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(
+        metavar="DIR", help="where <task>.json/.md go (and where "
                                              "<task>.equivalent.yaml is read)")] =
     REPO_ROOT / "reports" / "oracle-strength",
-    limit: Annotated[int | None, typer.Option(help="at most this many mutants, sampled "
+    limit: Annotated[int | None, typer.Option(
+        metavar="N", help="at most this many mutants, sampled "
                                               "evenly across operators")] = None,
-    seed: Annotated[int, typer.Option(help="sampling seed")] = 0,
-    operator: Annotated[list[str] | None, typer.Option(help="only these operators")] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="sampling seed")] = 0,
+    operator: Annotated[list[str] | None, typer.Option(
+        metavar="OPERATOR", help="only these operators")] = None,
     mutant: Annotated[list[str] | None, typer.Option(
+        metavar="ID",
         help="only these mutant ids (e.g. to re-check survivors)")] = None,
     rescore: Annotated[Path | None, typer.Option(
+        metavar="DIR",
         help="rewrite the report of this earlier run (runs/oracle-strength/T/run-N) with the "
         "current equivalence marks; grades nothing")] = None,
     # harness.oracle.strength.DEFAULT_WORKERS (imported lazily, like every command's module)
     workers: Annotated[int, typer.Option(
+        metavar="N",
         min=1, max=8, help="grader containers grading mutants side by side")] = 2,
     fresh_reference: Annotated[bool, typer.Option(
         help="grade the reference again even when an earlier run graded the same grading "
@@ -78,11 +84,12 @@ def oracle_strength_cmd(
 @clear_errors
 def validate(
     task: TaskOption,
-    packet: Annotated[Path | None, typer.Option(help="packet folder")] = None,
-    hidden: Annotated[Path | None, typer.Option(help="hidden folder")] = None,
-    report_dir: Annotated[Path, typer.Option(help="where the summary goes")] =
+    packet: Annotated[Path | None, typer.Option(metavar="DIR", help="packet folder")] = None,
+    hidden: Annotated[Path | None, typer.Option(metavar="DIR", help="hidden folder")] = None,
+    report_dir: Annotated[Path, typer.Option(metavar="DIR", help="where the summary goes")] =
     REPO_ROOT / "reports" / "validation",
     variant: Annotated[list[str] | None, typer.Option(
+        metavar="VARIANT",
         help="grade only these variants (e.g. fault:<id>, regression:<id>), keep the others "
         "from the summary")]
     = None,

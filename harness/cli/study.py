@@ -155,16 +155,19 @@ def matrix_plan(study: StudyOption = None) -> None:
 @clear_errors
 def matrix_run(
     study: StudyOption = None,
-    executor: Annotated[str, typer.Option(help="local or slurm")] = "local",
+    executor: Annotated[str, typer.Option(
+        metavar="local|slurm", help="where sessions run")] = "local",
     parallel: Annotated[int | None, typer.Option(
+        metavar="N",
         help="session slots (default: host cores / CPUs per session, and GPUs / GPUs per "
              "session; on Slurm: no limit)", show_default=False)] = None,
-    graders: Annotated[int, typer.Option(help="gradings at once beside the sessions "
+    graders: Annotated[int, typer.Option(metavar="N", help="gradings at once beside the sessions "
                                               "(local)")] = 1,
     oversubscribe: Annotated[bool, typer.Option(
         help="allow --parallel to promise more CPUs than the host has (demos only)")] = False,
     detach: Annotated[bool, typer.Option(help="Slurm: submit and return")] = False,
     slurm_arg: Annotated[list[str] | None, typer.Option(
+        metavar="ARG",
         help="extra sbatch argument, e.g. --slurm-arg=--partition=gpu (repeatable)")] = None,
 ) -> None:
     """Launch every session not yet finished, each graded as soon as it ends; resumable."""

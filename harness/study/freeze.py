@@ -14,10 +14,11 @@ Every study command then recomputes the digests and refuses on the first item th
 beside the old one; sessions record the digest of the lock they ran under, so a revision's
 runs are never mixed with another's.
 
-The gate (the research plan's milestone M1): a task is a treatment-vs-control comparison only
-if its committed calibration shows TrainCheck detecting at least one oracle-confirmed fault
-beyond its healthy control runs, against the same frozen reference the treatment arm uses;
-otherwise the study must mark it ``comparison: coverage-audit``.
+The gate (the research plan's first milestone: the diagnostic can see the contracts): a task
+is a treatment-vs-control comparison only if its committed calibration shows TrainCheck
+detecting at least one oracle-confirmed fault beyond its healthy control runs, against the
+same frozen reference the treatment arm uses; otherwise the study must mark it
+``comparison: coverage-audit``.
 """
 
 from __future__ import annotations

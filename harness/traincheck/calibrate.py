@@ -302,7 +302,7 @@ def calibrate(files: TaskFiles, configs: list[str], *, command: str,
 
 def render_markdown(report: CalibrationReport) -> str:
     s = report.summary
-    lines = [f"# TrainCheck calibration (track 1): {report.task}", "",
+    lines = [f"# TrainCheck calibration (known faults, oracle vs TrainCheck): {report.task}", "",
              f"Made by `{report.command}`; held-out seed {report.seed}; frozen reference "
              f"manifest sha256 `{report.reference_manifest_sha256[:16]}`.", "",
              "## Summary", "",

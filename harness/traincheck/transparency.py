@@ -1,4 +1,4 @@
-"""The transparency check (issue 6, point 5): does tracing change a healthy run?
+"""The transparency check: does tracing change a healthy run?
 
 Per task and CPU configuration, in one fresh treatment container, the in-container runner
 (``python -m diagnostics transparency``, see ``diagnostics/transparency.py``) trains the
