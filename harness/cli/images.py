@@ -1,16 +1,16 @@
-"""Faces of the images: build them offline."""
+"""Faces of the host and its images: what this host can run, and building the images offline."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
-from harness.cli.common import (
-    clear_errors,
-    console,
-    log,
-)
+from harness.cli.common import DEFAULT_RUNS, clear_errors, console, log
+from harness.errors import HarnessError
+from harness.paths import REPO_ROOT
 
 app = typer.Typer(no_args_is_help=True, help="Build and inspect the harness images.")
 
@@ -31,3 +31,50 @@ def images_build(
     for name, image in report.image_ids.items():
         state = "built" if name in report.built else "up to date"
         console.print(f"{name:<10} {image[:19]}  {state}")
+
+
+@clear_errors
+def doctor(
+    runs: Annotated[Path, typer.Option(metavar="DIR", help="runs folder (its free disk)")]
+    = DEFAULT_RUNS,
+) -> None:
+    """What this host can run: the Docker engine and its runtimes, GPUs, cores, memory, free
+    disk, a Slurm controller, the torch the images carry, and which declared configurations of
+    each task will run here and which will be not_run (with the reason)."""
+    from harness.infra.host import configuration_support, host_facts
+    from harness.infra.images import docker_client
+    from harness.infra.images.specs import image_tag
+    from harness.records.packets import load_packet
+
+    try:
+        client = docker_client()
+    except HarnessError:
+        client = None  # the facts say the engine is unreachable
+    facts = host_facts(client, runs_root=runs, image_tags=[image_tag("control")])
+    table = Table(title="this host")
+    table.add_column("fact")
+    table.add_column("value", overflow="fold")
+    d = facts.docker
+    rows = [
+        ("Docker engine", f"{d.version}, runtimes {', '.join(d.runtimes) or '-'} (default "
+         f"{d.default_runtime})" if d.reachable else f"not reachable: {d.problem}"),
+        ("GPUs", f"{len(facts.gpu_ids)}" + (f": {', '.join(facts.gpu_names)} (driver "
+                                           f"{facts.gpu_driver})" if facts.gpu_names else "")),
+        ("cores", str(facts.cores)),
+        ("memory", f"{facts.memory_gib} GiB"),
+        *((f"free disk {where}", f"{gib} GiB") for where, gib in facts.disk_free_gib.items()),
+        ("Slurm", facts.slurm or "no controller (scontrol not found)"),
+        *((f"image {i.image}", (f"torch {i.torch}, CUDA {i.cuda or 'none (CPU build)'}"
+                                if i.torch else i.problem or "-")) for i in facts.images),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    configs = Table(title="declared configurations on this host")
+    for column in ("task", "configuration", "here"):
+        configs.add_column(column, overflow="fold")
+    for packet_yaml in sorted((REPO_ROOT / "task_packets").glob("*/packet.yaml")):
+        packet = load_packet(packet_yaml.parent)
+        for config, why in configuration_support(facts, list(packet.spec.configurations)).items():
+            configs.add_row(packet.spec.id, config, "runs" if why is None else f"not_run: {why}")
+    console.print(configs)

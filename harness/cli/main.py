@@ -53,6 +53,7 @@ app.command("oracle-strength")(oracle.oracle_strength_cmd)
 app.command("calibrate")(traincheck.calibrate)
 app.add_typer(traincheck.app, name="traincheck")
 app.add_typer(images.app, name="images")
+app.command("doctor")(images.doctor)
 
 
 def main() -> None:

@@ -73,6 +73,24 @@ def freeze_cmd(
     console.print(f"{state} {frozen.path} ({len(lock.items)} digests, {len(lock.sessions)} "
                   f"sessions; lock sha256 {frozen.sha256[:16]})", markup=False,
                   highlight=False)
+    _configurations_here(load_study(path))
+
+
+def _configurations_here(loaded: Any) -> None:
+    """Before any session starts: which declared configurations a grade on this host will
+    report as not run, and why (`harness doctor` shows the whole host)."""
+    from harness.infra.host import configuration_support, host_facts
+    from harness.infra.images import docker_client
+    from harness.records.packets import load_packet
+
+    facts = host_facts(docker_client(), runs_root=loaded.runs_root())
+    for task in loaded.tasks:
+        packet = load_packet(task.packet_dir())
+        missing = {c: why for c, why in configuration_support(
+            facts, list(packet.spec.configurations)).items() if why is not None}
+        if missing:
+            log(f"{task.id} on this host: {', '.join(missing)} will be not_run "
+                f"({next(iter(missing.values()))}); its grades say complete_on_cpu at best")
 
 
 def _matrix_table(rows: list[Any], title: str) -> Table:
@@ -149,6 +167,7 @@ def matrix_plan(study: StudyOption = None) -> None:
     console.print(f"infrastructure failures retried up to {lock.max_attempts} attempts; local "
                   f"slots on this host: {slots} ({host_cores()} cores"
                   f"{', oversubscribed' if over else ''})", markup=False, highlight=False)
+    _configurations_here(loaded)
 
 
 @matrix.command("run")

@@ -46,6 +46,6 @@ def test_old_spellings_map_to_the_subcommands(tmp_path: Path) -> None:
 def test_every_use_is_registered() -> None:
     names = {c.name for c in app.registered_commands} | {
         g.name for g in app.registered_groups}
-    assert names == {"session", "grade", "cleanup", "demo", "freeze", "matrix", "verify",
+    assert names == {"session", "grade", "cleanup", "demo", "doctor", "freeze", "matrix", "verify",
                      "replay", "audit", "validate", "oracle-strength", "calibrate",
                      "traincheck", "images"}
