@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 from grading import sealed
 from grading.errors import GraderError
 from grading.hashing import tree_sha256
-from grading.judge_plugin import FLAGS_VAR
+from grading.judge_plugin import EVIDENCE_VAR, FLAGS_VAR
 from grading.layout import GRADING_OUTCOME_PROPERTY, LOG_DIR, GradeOptions, Layout
 from grading.models import (
     BUDGET_RAN_OUT,
@@ -466,10 +467,11 @@ class _HiddenRunner:
         log_rel, junit = f"{stem}.log", self.opts.out / f"{stem}.junit.xml"
         log_path = self.opts.out / log_rel
         watchdog: Watchdog = _ProgressWatchdog(log_path, self.opts.hidden_test_timeout_s)
+        evidence_path = self.opts.out / f"{stem}.evidence.jsonl"
         res = run_command(
             self._argv(junit, targets),
             cwd=self.cwd,
-            env={**self.env, **(extra_env or {})},
+            env={**self.env, EVIDENCE_VAR: str(evidence_path), **(extra_env or {})},
             timeout_s=self.remaining(),
             log_path=log_path,
             watchdog=watchdog,
@@ -494,11 +496,16 @@ class _HiddenRunner:
         # No report: pytest was killed or died. Keep what the log says finished, blame the test
         # that was running, and let the caller rerun the rest.
         progress = self._from_log(log_path)
+        kept = _finished_evidence(evidence_path)
         for nodeid, outcome in progress.completed.items():
             if nodeid not in self.results:
                 reason = "from the pytest log (the run did not finish)"
+                evidence: dict[str, Any] = {"round": round_no, **kept.get(nodeid, {})}
+                props = evidence.get("properties") or {}
+                if outcome == "fail" and props.get(GRADING_OUTCOME_PROPERTY) in ("crash", "hang"):
+                    outcome = props[GRADING_OUTCOME_PROPERTY]
                 self.results[nodeid] = self._contract(
-                    nodeid, outcome, reason=reason, evidence={"round": round_no}, log=log_rel
+                    nodeid, outcome, reason=reason, evidence=evidence, log=log_rel
                 )
         if progress.in_progress is None:
             outcome = "hang" if res.timed_out else "crash"
@@ -571,6 +578,25 @@ def share_of(collected: list[str], part: tuple[int, int]) -> set[str]:
     check exactly once."""
     k, n = part
     return set(collected[k::n])
+
+
+def _finished_evidence(path: Path) -> dict[str, dict[str, Any]]:
+    """What the judge wrote of each check it finished (grading.judge_plugin), by node id; a
+    line cut off by the judge's death is skipped."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in read_log_text(path).splitlines():
+        try:
+            item = json.loads(line)
+            nodeid = str(item["nodeid"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        evidence: dict[str, Any] = {"duration_s": float(item.get("duration_s") or 0.0)}
+        if item.get("properties"):
+            evidence["properties"] = dict(item["properties"])
+        if item.get("message"):
+            evidence["message"] = excerpt_of(str(item["message"]), 1000)
+        found[nodeid] = evidence
+    return found
 
 
 def _describe(res: RunResult) -> str:

@@ -1,6 +1,6 @@
 """pytest plugin of the judge's hidden-check run (``-p grading.judge_plugin``).
 
-Two jobs:
+Three jobs:
 - a check whose candidate process crashed or hung (:class:`grading.probe.CandidateRunFailed`)
   is tagged with the ``grading_outcome`` property, so the contract reads ``crash``/``hang``
   rather than ``fail``;
@@ -8,11 +8,16 @@ Two jobs:
   candidate's tree, the probes or a job folder, and none of them may be on ``sys.path``; and a
   check may not end on a ``SealError`` (candidate processes that survived SIGKILL). Either is a
   grader defect: the test is failed and the grader is told through a flag file
-  (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error.
+  (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error;
+- each check's evidence as soon as it finishes (``GRADING_JUDGE_EVIDENCE``, one JSON line per
+  check: outcome, duration, properties, message), so a judge killed later in its run (for
+  memory, by a hang's limit) leaves the evidence of the checks it had finished, not only
+  their outcomes from its log.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Generator
@@ -26,6 +31,7 @@ from grading.sealed import SealError
 
 OUTCOME_PROPERTY = "grading_outcome"
 FLAGS_VAR = sealed.JUDGE_FLAGS_VAR
+EVIDENCE_VAR = "GRADING_JUDGE_EVIDENCE"
 _GUARDED_VARS = ("GRADING_WORKDIR", "GRADING_PROBES", "GRADING_CANDIDATE_AREA")
 
 
@@ -78,3 +84,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
         # The boundary itself failed (a candidate process that would not die): no verdict.
         sealed.flag_grader_defect(f"{item.nodeid}: grader defect: {error}")
     yield
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get(EVIDENCE_VAR)
+    if not path or not (report.when == "call" or report.failed):
+        return
+    line = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+            "duration_s": report.duration,
+            "properties": {str(k): str(v) for k, v in report.user_properties},
+            "message": (report.longreprtext or "")[-1000:]}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")

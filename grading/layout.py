@@ -22,6 +22,19 @@ EXCERPT_CHARS = 3000
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
                    "GRADING_TRACE_DIR", "GRADING_TRACE_ROOT", "GRADING_TRACE_TEST")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What a candidate process may see of its environment, whatever its caller built (an
+# allow-list, as the diagnostics runner's): the variables above, the ones a run of Python and
+# torchrun's ranks need, and git's for the diff's application. Everything else the judge's
+# environment holds (what an import in the judge wrote, pytest's own variables) stays out, so
+# nothing the judge did reaches a candidate run and no candidate can tell it is being graded.
+CANDIDATE_ENV = frozenset({
+    *PASSTHROUGH_ENV, "HOME", "TMPDIR", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONNOUSERSITE", "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS", "GLOO_SOCKET_IFNAME", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "GIT_DIR", "GIT_WORK_TREE", "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT",
+})
 # Same role as the harness's attributes: in-tree .gitattributes cannot make git apply convert,
 # filter or re-encode anything.
 NEUTRAL_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding !diff\n"

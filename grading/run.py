@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from grading import sealed, warm_judge, warm_start
+from grading.layout import CANDIDATE_ENV
 
 MARKER_VAR = "GRADING_RUN_ID"
 DEFAULT_MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -212,6 +213,15 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
     return _Fresh(popen)
 
 
+def _judges_own(name: str, value: str) -> bool:
+    """Whether ``name=value`` in a candidate run's environment is only the judge's own: it
+    holds the same value in the judge's environment and is not on the allow-list. Callers build
+    a run's environment from the judge's and add what the run needs (``TORCH_LOGS`` for a
+    check, the task's own variables); what they add reaches the run, what they copied stays
+    out (``CANDIDATE_ENV``)."""
+    return name not in CANDIDATE_ENV and os.environ.get(name) == value
+
+
 def run_command(
     cmd: Sequence[str] | str,
     cwd: Path,
@@ -236,6 +246,10 @@ def run_command(
     run_id = str(uuid.uuid4())
     argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
     child_env = dict(env)
+    left_out: list[str] = []
+    if as_candidate:
+        left_out = sorted(k for k, v in child_env.items() if _judges_own(k, v))
+        child_env = {k: v for k, v in child_env.items() if not _judges_own(k, v)}
     scratch = None
     if as_candidate:
         # Its own home and temp folder: the judge's are closed to it, and a shared one would
@@ -257,6 +271,8 @@ def run_command(
     shown = cmd if isinstance(cmd, str) else " ".join(argv)
     with open(log_path, "wb") as fh:
         fh.write(f"[grading] $ {shown}\n[grading] cwd {cwd}, timeout {timeout_s:g} s\n".encode())
+        if left_out:  # named, not shown: their values are the judge's
+            fh.write(f"[grading] environment: left out {', '.join(left_out)}\n".encode())
 
     read_fd, write_fd = os.pipe()
     try:

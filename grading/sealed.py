@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -100,16 +103,20 @@ def popen_identity() -> PopenIdentity:
     capability, and ``no-new-privileges`` on the container keeps it that way.
     """
     who = candidate()
+    ensure_reaper()
     return PopenIdentity(user=who.uid, group=who.gid, extra_groups=[], umask=0o077)
 
 
 def _uids_of(pid: str) -> set[int]:
-    """The real/effective/saved/fs uids of ``pid``."""
+    """The real and saved uids of ``pid``: who the process is, and who it may become again.
+    The effective uid alone is not counted: the reaper runs with the candidate's effective uid
+    and is no candidate process (grading.reaper)."""
     with open(f"/proc/{pid}/status", "rb") as fh:
         text = fh.read().decode("ascii", "replace")
     for line in text.splitlines():
         if line.startswith("Uid:"):
-            return {int(x) for x in line.split()[1:]}
+            real, _effective, saved, _fs = (int(x) for x in line.split()[1:5])
+            return {real, saved}
     return set()
 
 
@@ -139,9 +146,13 @@ def _has_live_thread(pid: str) -> bool:
 
 
 def candidate_pids() -> list[int]:
-    """Processes that carry the candidate uid in any of their uids and have a thread alive
-    (a zombie whose every thread has ended is only waiting for its parent)."""
-    uid = candidate().uid
+    """Processes of the candidate uid that have a thread alive (a zombie whose every thread
+    has ended is only waiting for its parent)."""
+    return processes_of(candidate().uid)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Processes whose real or saved uid is ``uid`` and that have a thread alive."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -157,6 +168,68 @@ def candidate_pids() -> list[int]:
 
 # The kill(1) of the grader image (procps): `kill -KILL -1` is kill(-1, SIGKILL).
 KILL_BINARY = "/bin/kill"
+
+
+# The reaper's own uid (its real and saved uid; grading.reaper): one nothing else uses.
+REAPER_UID_VAR = "GRADING_REAPER_UID"
+_REAPER_ANSWER_S = 30.0
+
+
+class _Reaper:
+    """This judge process's reaper (``python -m grading.reaper``), started before any
+    candidate code runs, answering ``reap`` with ``kill(-1)`` the candidate cannot race."""
+
+    def __init__(self, uid: int, own: int) -> None:
+        self.owner = os.getpid()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grading.reaper", str(uid), str(own)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", close_fds=True)
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def kill_all(self) -> bool:
+        """True once the reaper saw no live candidate process left."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(b"reap\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], _REAPER_ANSWER_S)
+            answer = self.proc.stdout.readline() if ready else b""
+        except OSError:
+            return False
+        return answer.startswith(b"done")
+
+
+_reaper: _Reaper | None = None
+
+
+def reaper_uid() -> int:
+    raw = os.environ.get(REAPER_UID_VAR, "")
+    return int(raw) if raw.isdigit() and int(raw) else candidate().uid + 1
+
+
+def ensure_reaper() -> None:
+    """Start this process's reaper unless it runs (called before every candidate process, so
+    it exists before candidate code does: nothing the candidate does can keep it from starting
+    or stop it later)."""
+    global _reaper
+    if _reaper is not None and _reaper.alive():
+        return
+    try:
+        _reaper = _Reaper(candidate().uid, reaper_uid())
+    except OSError as exc:
+        raise SealError(f"the reaper could not start ({exc})") from None
+
+
+def _signal_all() -> None:
+    """kill(-1, SIGKILL) to every candidate process: by the reaper, which the candidate cannot
+    signal; if it is gone (only root or the kernel can end it), by a short-lived helper of the
+    candidate uid."""
+    if _reaper is not None and _reaper.alive() and _reaper.kill_all():
+        return
+    _signal_all_as_candidate()
 
 
 def _signal_all_as_candidate() -> None:
@@ -188,7 +261,7 @@ def reap() -> int:
     killed: set[int] = set()
     for _ in range(_REAP_ROUNDS):
         pids = candidate_pids()
-        _signal_all_as_candidate()
+        _signal_all()
         for pid in pids:
             # Found alive: killed by the signal above, or by this one.
             with contextlib.suppress(ProcessLookupError):
@@ -203,12 +276,97 @@ def reap() -> int:
     return len(killed)
 
 
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
+def walk_no_links(root: str) -> list[tuple[str, os.stat_result]]:
+    """Every entry under ``root`` (``root`` first), parents before children, by ``lstat``:
+    a link is an entry, never followed. Iterative; for trees the judge built (a candidate's
+    trees are handled by :func:`fd_walk`, which no path length can stop)."""
+    found: list[tuple[str, os.stat_result]] = []
+    try:
+        found.append((root, os.lstat(root)))
+    except OSError:
+        return found
+    stack = [root] if stat.S_ISDIR(found[0][1].st_mode) else []
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            found.append((entry.path, st))
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(entry.path)
+    return found
+
+
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def fd_walk(root: str, visit: Callable[[int, str, str, os.stat_result], None], *,
+            remove: bool = False) -> None:
+    """Visit every entry under the folder ``root`` as ``visit(folder_fd, name, relative_path,
+    lstat)``, parents before children, holding one folder open at a time and naming everything
+    relative to it: no depth, width or path length of a candidate's tree can stop it, and no
+    link is followed. Each folder is listed once. With ``remove``, each folder is removed
+    once emptied (``visit`` has unlinked what is not a folder). Call with no candidate process
+    alive: nothing may change the tree under the walk."""
+
+    def listing(fd: int) -> list[tuple[str, os.stat_result]]:
+        found = []
+        for entry in os.scandir(fd):
+            found.append((entry.name, os.stat(entry.name, dir_fd=fd, follow_symlinks=False)))
+        found.reverse()  # popped from the end: in listing order
+        return found
+
+    fd = os.open(root, _OPEN_DIR)
+    names: list[str] = []  # the way down from root
+    pending = [listing(fd)]  # per level: the entries not visited yet
+    try:
+        while True:
+            if pending[-1]:
+                name, st = pending[-1].pop()
+                visit(fd, name, "/".join([*names, name]), st)
+                if stat.S_ISDIR(st.st_mode):  # down one level
+                    nxt = os.open(name, _OPEN_DIR, dir_fd=fd)
+                    os.close(fd)
+                    fd = nxt
+                    names.append(name)
+                    pending.append(listing(fd))
+                continue
+            if not names:
+                return
+            up = os.open("..", _OPEN_DIR, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            pending.pop()
+            name = names.pop()
+            if remove:
+                os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and everything under it, following no link, whatever its depth."""
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode):
+        def unlink(fd: int, name: str, _rel: str, st: os.stat_result) -> None:
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(name, dir_fd=fd)
+
+        fd_walk(path, unlink, remove=True)
+        os.rmdir(path)
     else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        os.unlink(path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        remove_tree(path)
 
 
 def clear_traces() -> list[str]:
@@ -219,12 +377,13 @@ def clear_traces() -> list[str]:
     """
     uid = candidate().uid
     removed: list[str] = []
-
-    def walk(folder: str) -> None:
+    stack = list(SHARED_WRITABLE)
+    while stack:  # iterative: no nesting of shared folders can stop it
+        folder = stack.pop()
         try:
             entries = list(os.scandir(folder))
         except OSError:
-            return
+            continue
         for entry in entries:
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -234,10 +393,7 @@ def clear_traces() -> list[str]:
                 _remove(entry.path)
                 removed.append(entry.path)
             elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
-                walk(entry.path)
-
-    for root in SHARED_WRITABLE:
-        walk(root)
+                stack.append(entry.path)
     return removed
 
 
@@ -283,13 +439,40 @@ def end_job() -> int:
     in System V IPC, and nothing in the job area the candidate still owns (every job folder
     sealed, so no later run reads an earlier one's files). Returns the number of processes
     killed."""
-    killed = reap()
-    clear_traces()
-    clear_ipc()
-    uid = candidate().uid
-    for entry in os.scandir(area()):
-        if entry.stat(follow_symlinks=False).st_uid == uid:
-            seal(Path(entry.path))
+    # Every step runs, whatever an earlier one did: a step that fails is a grader defect
+    # (reported as such, never as a check's outcome), and the next steps still clear what
+    # they can, so no job reads an earlier one's state either way.
+    killed = 0
+    failures: list[str] = []
+
+    def step(name: str, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except Exception as exc:  # the judge's own machinery failed: say so, go on
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    def kill() -> None:
+        nonlocal killed
+        killed = reap()
+
+    def seal_jobs() -> None:
+        uid = candidate().uid
+        for entry in list(os.scandir(area())):
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue
+            if owner == uid:
+                seal(Path(entry.path))
+
+    step("killing the candidate's processes", kill)
+    step("clearing the shared folders", clear_traces)
+    step("removing System V IPC objects", clear_ipc)
+    step("sealing the job folders", seal_jobs)
+    if failures:
+        message = "cleanup after a candidate job failed: " + "; ".join(failures)
+        flag_grader_defect(message)
+        raise SealError(message)
     return killed
 
 
@@ -337,23 +520,18 @@ def seal(path: Path) -> list[str]:
             os.unlink(path)
             removed.append(path.name)
         return removed
-    for dirpath, dirnames, filenames in os.walk(path, topdown=True, followlinks=False):
-        here = Path(dirpath)
-        os.lchown(here, 0, 0)
-        os.chmod(here, 0o700)
-        for name in list(dirnames):
-            if os.path.islink(here / name):
-                dirnames.remove(name)
-                filenames.append(name)
-        for name in filenames:
-            p = here / name
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                os.lchown(p, 0, 0)
-                os.chmod(p, 0o600)
-            else:
-                os.unlink(p)
-                removed.append(p.relative_to(path).as_posix())
+    os.lchown(path, 0, 0)
+    os.chmod(path, 0o700)
+
+    def close(fd: int, name: str, rel: str, st: os.stat_result) -> None:
+        if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+            os.chown(name, 0, 0, dir_fd=fd, follow_symlinks=False)
+            os.chmod(name, 0o700 if stat.S_ISDIR(st.st_mode) else 0o600, dir_fd=fd)
+        else:  # a link, FIFO, socket or device: never followed, never read
+            os.unlink(name, dir_fd=fd)
+            removed.append(rel)
+
+    fd_walk(str(path), close)  # any depth, any path length, no link followed
     return removed
 
 
@@ -363,10 +541,14 @@ def give(source: Path, name: str) -> Path:
     Only the copy is reachable: the run learns nothing else of the job that made it.
     """
     target = job_dir(name) / source.name
-    if source.is_dir():
-        shutil.copytree(source, target, symlinks=True)
-    else:
-        shutil.copy2(source, target, follow_symlinks=False)
+    for where, st in walk_no_links(str(source)):  # iterative: a deep output copies too
+        dest = target / Path(where).relative_to(source)
+        if stat.S_ISDIR(st.st_mode):
+            dest.mkdir(exist_ok=True)
+        elif stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(where), dest)
+        elif stat.S_ISREG(st.st_mode):
+            shutil.copy2(where, dest, follow_symlinks=False)
     hand_over(target)
     return target
 
@@ -374,13 +556,8 @@ def give(source: Path, name: str) -> Path:
 def hand_over(root: Path) -> None:
     """Give a tree the judge built (a copy the candidate may change) to the candidate."""
     who = candidate()
-    if not root.is_dir():
-        os.lchown(root, who.uid, who.gid)
-        return
-    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
-        os.lchown(dirpath, who.uid, who.gid)
-        for name in filenames:
-            os.lchown(os.path.join(dirpath, name), who.uid, who.gid)
+    for where, _st in walk_no_links(str(root)):
+        os.lchown(where, who.uid, who.gid)
 
 
 def make_readable_tree(root: Path) -> None:

@@ -22,8 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
-# No configuration file is near this; a larger one is a mistake, not a study or a packet.
-MAX_YAML_BYTES = 4 * 1024**2
+# No configuration file is near this (a scripted agent with a 10 MB argument is 12 MB);
+# a larger one is a mistake, not a study, a packet or a script.
+MAX_YAML_BYTES = 64 * 1024**2
 
 
 class YamlFileError(ValueError):

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,4 +29,6 @@ def candidate_area(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     area = sealed.make_area(Path(tempfile.mkdtemp(prefix="grading-area-")))
     monkeypatch.setenv(sealed.CANDIDATE_AREA_VAR, str(area))
     yield area
-    shutil.rmtree(area, ignore_errors=True)
+    # A failed test can leave a candidate's deep tree behind; shutil.rmtree recurses per level.
+    with contextlib.suppress(OSError):
+        sealed.remove_tree(str(area))

@@ -42,6 +42,7 @@ from support import (
     run_grader,
 )
 
+from grading import sealed
 from grading.hashing import tree_sha256
 from grading.hidden import discover_hidden_tests
 from grading.models import GradeReport
@@ -65,6 +66,31 @@ def test_run_command_timeout_kills_background_children(tmp_path: Path) -> None:
     assert "started" in (tmp_path / "log").read_text()
     assert processes_with(token) == []
     assert marked_pids(res.run_id) == []
+
+
+def test_a_candidate_run_sees_only_the_allowed_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the caller passes (here the judge's whole environment, with what an import and
+    pytest wrote there), a candidate process sees the allow-list only: it cannot learn the
+    judge's state, nor that it is graded."""
+    from grading.layout import CANDIDATE_ENV
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/judge/tmp/inductor")  # an import's doing
+    monkeypatch.setenv("JUDGE_ONLY_SECRET", "x")
+    assert "PYTEST_CURRENT_TEST" in os.environ
+    job = sealed.job_dir("env")
+    out = job / "env.json"
+    res = run_command([sys.executable, "-c", "import json, os, sys; "
+                       "open(sys.argv[1], 'w').write(json.dumps(sorted(os.environ)))", str(out)],
+                      job, {**os.environ, "RUN_SETTING": "1"}, 60, tmp_path / "log")
+    assert res.exit_code == 0, (tmp_path / "log").read_text()
+    seen = set(json.loads(out.read_text()))
+    # What the caller set for this run reaches it; what it copied from the judge does not.
+    assert "RUN_SETTING" in seen
+    assert seen <= CANDIDATE_ENV | {MARKER_VAR, "RUN_SETTING"}, sorted(seen - CANDIDATE_ENV)
+    assert not {"JUDGE_ONLY_SECRET", "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"} & seen
+    assert "left out" in (tmp_path / "log").read_text()
 
 
 def test_run_command_sweeps_daemons_after_normal_exit(tmp_path: Path) -> None:
@@ -688,13 +714,13 @@ def test_calc_public_hang_is_killed(calc_task: dict[str, Path], tmp_path: Path) 
     token = f"grading-test-{uuid.uuid4().hex}"
 
     def change(repo: Path) -> None:
-        # Hangs on import, only under the public tests (the hidden run sets GRADING_WORKDIR),
-        # after starting a daemon in a session of its own.
+        # Hangs on import, only under the public tests (pytest; the hidden checks call it from
+        # the probe runner), after starting a daemon in a session of its own.
         (repo / "calc.py").write_text(
             CALC_SOLVED
             + textwrap.dedent(f"""
             import os, subprocess, sys, time
-            if "GRADING_WORKDIR" not in os.environ:
+            if "pytest" in sys.modules:
                 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)",
                                   "{token}"], start_new_session=True)
                 time.sleep(1000)
@@ -866,3 +892,27 @@ def test_scripted_agent_fixture_solves_the_task(tmp_path: Path) -> None:
     _, report = grade_tiny(tmp_path, diff, "scripted")
     assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
     assert not report["diff"]["canary_found"]
+
+
+def test_a_judge_killed_midway_keeps_the_evidence_of_the_checks_it_finished(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    """As when the judge's process is killed for memory after a candidate's huge output: the
+    checks finished before keep their evidence (the properties they recorded), not only the
+    outcome the log shows."""
+    (calc_task["hidden"] / "checks" / "test_calc_hidden.py").write_text(
+        "import os, signal\n\n\n"
+        "def test_a_measures(record_property):\n"
+        "    record_property('measured', '42')\n\n\n"
+        "def test_b_ends_the_judge():\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+
+    def change(repo: Path) -> None:
+        (repo / "calc.py").write_text(CALC_SOLVED)
+
+    _, report = grade_calc(calc_task, tmp_path, change, "judge-killed")
+    got = {c["id"]: c for c in report["contracts"]}
+    first = got["hidden:test_calc_hidden.py::test_a_measures"]
+    assert first["outcome"] == "pass"
+    assert first["evidence"].get("properties") == {"measured": "42"}, first["evidence"]
+    assert got["hidden:test_calc_hidden.py::test_b_ends_the_judge"]["outcome"] == "crash"

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -236,3 +237,202 @@ def test_one_signal_from_the_candidate_uid_ends_every_candidate_process() -> Non
     while sealed.candidate_pids() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sealed.candidate_pids() == []
+
+
+# A candidate that tries everything to outlive its job: it ignores every signal it may ignore,
+# hops pids (forks, and the parent exits) without pause, and kills any other process of its
+# uid the moment it appears (a kill helper started as the candidate uid would be one).
+SURVIVOR = r"""
+import ctypes, os, signal, sys, time
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+    signal.signal(sig, signal.SIG_IGN)
+me = os.getuid()
+heartbeat = sys.argv[1]
+
+
+def strangers():
+    # Processes of this uid that are not the survivor: a helper the judge started as it.
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                if b"survivor" in fh.read():
+                    continue
+            with open(f"/proc/{name}/status") as fh:
+                if any(l.startswith("Uid:") and int(l.split()[1]) == me for l in fh):
+                    yield int(name)
+        except OSError:
+            pass
+
+
+if os.fork() == 0:  # the helper killer, woken the moment a kill binary is opened
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init()
+    for path in (b"/bin/kill", b"/usr/bin/kill", b"/usr/bin/ipcrm", b"/bin/sh"):
+        libc.inotify_add_watch(watch, path, 0x20 | 0x01)  # IN_OPEN | IN_ACCESS
+    os.set_blocking(watch, False)
+    while True:
+        try:
+            os.read(watch, 65536)
+            woken = True
+        except BlockingIOError:
+            woken = False
+        for pid in strangers():
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        if not woken:
+            time.sleep(0.0005)
+while True:  # the pid hopper
+    if os.fork():
+        os._exit(0)
+    if os.getpid() % 7 == 0:
+        os.setsid()
+    with open(heartbeat, "w") as fh:
+        fh.write(str(time.time()))
+"""
+
+
+def test_the_candidate_cannot_signal_or_stop_its_reaper() -> None:
+    sealed.ensure_reaper()
+    reaper = sealed._reaper
+    assert reaper is not None and reaper.alive()
+    for sig in ("-STOP", "-KILL"):
+        tried = subprocess.run(["kill", sig, str(reaper.proc.pid)], capture_output=True,
+                               **sealed.popen_identity())
+        assert tried.returncode != 0 and b"not permitted" in tried.stderr.lower()
+    assert reaper.alive() and sealed.candidate_pids() == []
+
+
+def test_a_survivor_that_hops_kills_helpers_and_ignores_signals_outlives_no_job() -> None:
+    """Run a few hundred times: the job ends, and no process of it is alive in the next."""
+    # Where the candidate can read it (pytest's own folders are closed to it).
+    fd, name = tempfile.mkstemp(prefix="survivor-", suffix=".py", dir="/tmp")
+    os.write(fd, SURVIVOR.encode())
+    os.close(fd)
+    script = Path(name)
+    script.chmod(0o644)
+    runs = int(os.environ.get("GRADING_SURVIVOR_RUNS", "300"))
+    for run in range(runs):
+        job = sealed.job_dir("survivor")
+        beat = job / "beat"
+        subprocess.Popen([sys.executable, str(script), str(beat)], cwd=job,
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, **sealed.popen_identity())
+        deadline = time.monotonic() + 10
+        while not beat.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert beat.exists(), f"run {run}: the survivor never started"
+        sealed.end_job()
+        assert sealed.candidate_pids() == [], f"run {run}: a candidate process outlived reap"
+        time.sleep(0.02)
+        assert sealed.candidate_pids() == [], f"run {run}: a candidate process came back"
+    script.unlink()
+
+
+# What a candidate job leaves to stop the cleanup or to reach the next job: a tree far deeper
+# than any recursion, a folder of 20,000 files, closed modes, a file held open by a child,
+# System V objects of every kind, a POSIX message queue, links to the judge's files, and a
+# mount it is not allowed to make.
+TRACES = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+job = sys.argv[1]
+for base in (job, "/tmp", "/dev/shm"):
+    top = os.path.join(base, "deep-" + str(os.getpid()))
+    os.mkdir(top)
+    fd = os.open(top, os.O_DIRECTORY)
+    for _ in range(3000):
+        os.mkdir("d", dir_fd=fd)
+        nxt = os.open("d", os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = nxt
+    os.close(fd)
+wide = os.path.join("/tmp", "wide-" + str(os.getpid()))
+os.mkdir(wide)
+for i in range(20000):
+    os.close(os.open(os.path.join(wide, str(i)), os.O_CREAT | os.O_WRONLY, 0o600))
+closed = os.path.join("/tmp", "closed-" + str(os.getpid()))
+os.makedirs(os.path.join(closed, "inner"))
+open(os.path.join(closed, "inner", "f"), "w").write("x")
+os.chmod(os.path.join(closed, "inner"), 0)
+os.chmod(closed, 0)
+os.symlink("/etc/passwd", os.path.join("/tmp", "link-" + str(os.getpid())))
+held = os.path.join("/dev/shm", "held-" + str(os.getpid()))
+if os.fork() == 0:
+    # Let go of the pipes so the parent's run ends; the held file is the trace.
+    null = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 1, 2):
+        os.dup2(null, stream)
+    fh = open(held, "w")
+    os.setsid()
+    import time
+    time.sleep(3600)
+IPC_CREAT = 0o1000
+assert libc.shmget(0, 4096, IPC_CREAT | 0o600) >= 0
+assert libc.msgget(0, IPC_CREAT | 0o600) >= 0
+assert libc.semget(0, 1, IPC_CREAT | 0o600) >= 0
+try:
+    rt = ctypes.CDLL("librt.so.1", use_errno=True)
+    rt.mq_open(b"/trace-" + str(os.getpid()).encode(), os.O_CREAT | os.O_RDWR, 0o600, None)
+except OSError:
+    pass
+mounted = libc.mount(b"none", os.path.join(job).encode(), b"tmpfs", 0, None)
+print("mount", mounted, ctypes.get_errno(), flush=True)
+"""
+
+# What the next job looks for: anything of the candidate uid anywhere it could reach.
+LOOK = r"""
+import json, os, sys
+me = os.getuid()
+found = []
+for root in ("/tmp", "/dev/shm", "/dev/mqueue", "/var/tmp"):
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                if os.lstat(path).st_uid == me:
+                    found.append(path)
+            except OSError:
+                pass
+for table in ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem"):
+    lines = open(table).read().splitlines()
+    found += [f"{table}: {l}" for l in lines[1:] if str(me) in l.split()]
+try:
+    os.listdir(sys.argv[1])
+    found.append("the earlier job's folder is readable")
+except PermissionError:
+    pass
+open(sys.argv[2], "w").write(json.dumps(found))
+"""
+
+
+def test_no_trace_of_a_job_stops_the_cleanup_or_reaches_the_next_job() -> None:
+    fd, name = tempfile.mkstemp(prefix="traces-", suffix=".py", dir="/tmp")
+    os.write(fd, TRACES.encode())
+    os.close(fd)
+    traces = Path(name)
+    traces.chmod(0o644)
+    first = sealed.job_dir("traces")
+    made = subprocess.run([sys.executable, str(traces), str(first)], cwd=first,
+                          capture_output=True, timeout=600, **sealed.popen_identity())
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert b"mount -1" in made.stdout  # a mount the candidate is not allowed to make
+    assert sealed.candidate_ipc_objects() >= 3
+    sealed.end_job()  # nothing it left may stop this
+    traces.unlink()
+    fd, name = tempfile.mkstemp(prefix="look-", suffix=".py", dir="/tmp")
+    os.write(fd, LOOK.encode())
+    os.close(fd)
+    look = Path(name)
+    look.chmod(0o644)
+    second = sealed.job_dir("look")
+    result = second / "found.json"
+    subprocess.run([sys.executable, str(look), str(first), str(result)], cwd=second,
+                   check=True, timeout=300, **sealed.popen_identity())
+    sealed.end_job()
+    look.unlink()
+    assert json.loads(result.read_text()) == []

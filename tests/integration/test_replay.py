@@ -20,6 +20,7 @@ from harness.audit import replay, timeline, viewer
 from harness.records import events
 from harness.records.attempt import (
     TRANSCRIPT_NAME,
+    AttemptPaths,
     TranscriptHead,
     manifest_problem,
     read_record,
@@ -234,7 +235,7 @@ def test_a_snapshot_event_and_its_grade_are_shown_when_recorded(attempt: Path,
     record.transcript = head
     write_record(copy, record)
     (copy / "grades").mkdir(exist_ok=True)
-    (copy / replay.SNAPSHOT_GRADES_NAME).write_text(SnapshotGrades(
+    AttemptPaths(root=copy).snapshot_grades.write_text(SnapshotGrades(
         graded_at="now", snapshots=[SnapshotGrade(
             index=9, trigger="run_public_tests", call_id="c9", diff_sha256="0" * 64,
             folder="grades/snapshots/grade-1", verdict="incomplete",
