@@ -35,6 +35,7 @@ from pathlib import Path
 
 from grading import sealed
 from grading.apply import apply_diff
+from grading.confirm import settle, wants_rerun
 from grading.errors import GraderError
 from grading.hashing import grader_source_sha256, tree_sha256
 from grading.hidden import (
@@ -239,7 +240,11 @@ def grade(opts: GradeOptions) -> GradeReport:
 
 def _public_contract(opts: GradeOptions, layout: Layout) -> ContractResult:
     if opts.public_tests:
-        return run_public_tests(opts, layout)
+        first = run_public_tests(opts, layout)
+        log_text = read_log_text(opts.out / first.log) if first.log else ""
+        if not (opts.confirm_unsteady and wants_rerun(first, log_text)):
+            return first
+        return settle(first, run_public_tests(opts, layout, rerun=True))
     return ContractResult(id=PUBLIC_CONTRACT_ID, kind="public_tests",
                           statement=public_statement(opts.packet), outcome="not_run",
                           reason=NOT_SELECTED)

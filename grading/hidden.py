@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from grading import sealed
+from grading.confirm import settle, wants_rerun
 from grading.errors import GraderError
 from grading.hashing import tree_sha256
 from grading.judge_plugin import EVIDENCE_VAR, FLAGS_VAR
@@ -171,6 +172,8 @@ class _HiddenRunner:
         self.results: dict[str, ContractResult] = {}
         self.collected: list[str] | None = None
         self.deadline = time.monotonic() + opts.hidden_timeout_s
+        # The last pytest process's number: each has its own log, junit and evidence files.
+        self.round_no = 0
 
     # -- pytest invocation
 
@@ -375,6 +378,8 @@ class _HiddenRunner:
         if self._stopped_at_failure():
             self._leftovers("not_run", STOPPED_AT_FAILURE)
         self._leftovers("crash", "pytest never reported this test")
+        if self.opts.confirm_unsteady:
+            self._confirm_unsteady()
         order = {t.nodeid: i for i, t in enumerate(self.expected)}
         return sorted(
             self.results.values(),
@@ -411,15 +416,19 @@ class _HiddenRunner:
                 self.results[nodeid] = self._contract(nodeid, "not_run", reason=NOT_SELECTED)
         return [f"{self.checks}/{n}" for n in chosen]
 
-    def _run_rounds(self) -> None:
-        """One pytest process for every check; after a crash or hang, a new one for the rest."""
-        targets = self._selected_targets()
+    def _run_rounds(self, targets: list[str] | None = None,
+                    among: frozenset[str] | None = None) -> None:
+        """One pytest process for every check (or ``targets``, node ids ``among``); after a
+        crash or hang, a new one for the rest."""
+        if targets is None:
+            targets = self._selected_targets()
         if targets is None:
             self._leftovers("crash", "pytest could not collect the hidden checks")
             return
-        round_no = 1
+        first_round = self.round_no
         while targets and not self._out_of_time():
-            if self._round(round_no, targets) or self._stopped_at_failure():
+            self.round_no += 1
+            if self._round(self.round_no, targets) or self._stopped_at_failure():
                 return
             collected = self._collect()
             if collected is None:
@@ -427,13 +436,36 @@ class _HiddenRunner:
                 return
             # Exact node ids as positional arguments: --deselect matches by prefix, and
             # "test_x[1]" would also deselect "test_x[10]".
-            targets = [f"{self.checks}/{n}" for n in collected if n not in self.results]
-            round_no += 1
+            targets = [f"{self.checks}/{n}" for n in collected
+                       if n not in self.results and (among is None or n in among)]
             # Each round settles at least one test, unless the ids pytest printed while running
             # and while collecting disagree; never loop on that.
-            if round_no > len(collected) + 1:
+            if self.round_no - first_round > len(collected):
                 self._leftovers("crash", "the grader lost track of this test across reruns")
                 return
+
+    def _confirm_unsteady(self) -> None:
+        """Run every check that crashed or hung once more, in rounds of their own, and settle
+        each from its two runs (grading.confirm)."""
+        unsteady = [n for n, c in self.results.items() if wants_rerun(c)]
+        if not unsteady:
+            return
+        first, self.results = self.results, {}
+        try:
+            if self.opts.trace_each_hidden_test:
+                for nodeid in unsteady:
+                    if self._out_of_time():
+                        break
+                    self.round_no += 1
+                    self._round(self.round_no, [f"{self.checks}/{nodeid}"],
+                                {TRACE_TEST_VAR: nodeid}, running=[nodeid])
+            else:
+                self._run_rounds([f"{self.checks}/{n}" for n in unsteady],
+                                 among=frozenset(unsteady))
+        finally:
+            reruns, self.results = self.results, first
+        for nodeid in unsteady:
+            self.results[nodeid] = settle(first[nodeid], reruns.get(nodeid))
 
     def _run_each(self) -> None:
         """One pytest process per check, named to the tracer: what each check ran is its own,
@@ -448,12 +480,13 @@ class _HiddenRunner:
                 if nodeid not in share:
                     self.results[nodeid] = self._contract(nodeid, "not_run",
                                                           reason=NOT_SELECTED)
-        for round_no, nodeid in enumerate(collected, 1):
+        for nodeid in collected:
             if self._out_of_time():
                 return
             if nodeid not in self.results:
-                self._round(round_no, [f"{self.checks}/{nodeid}"], {TRACE_TEST_VAR: nodeid},
-                            running=[nodeid])
+                self.round_no += 1
+                self._round(self.round_no, [f"{self.checks}/{nodeid}"],
+                            {TRACE_TEST_VAR: nodeid}, running=[nodeid])
 
     def _round(self, round_no: int, targets: list[str],
                extra_env: dict[str, str] | None = None,
@@ -570,7 +603,7 @@ def remember_collection(checks: Path, ids: list[str]) -> None:
     _COLLECTED[(str(checks.resolve()), tree_sha256(checks))] = tuple(ids)
 
 
-FAILING_OUTCOMES = frozenset({"fail", "crash", "hang"})
+FAILING_OUTCOMES = frozenset({"fail", "crash", "hang", "flaky"})
 
 
 def share_of(collected: list[str], part: tuple[int, int]) -> set[str]:

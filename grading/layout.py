@@ -97,6 +97,9 @@ class GradeOptions:
     # With warm_start: a folder only root reaches, kept from one grade to the next, where the
     # worker's daemons listen (``grading.warm_start.connect_daemon``).
     warm_start_daemons: Path | None = None
+    # Run a contract that crashed or hung once more (grading.confirm). Mutation analysis turns
+    # it off: it confirms a crash or hang kill with the killing contract alone.
+    confirm_unsteady: bool = True
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GRADE_SCHEMA_VERSION = 3
+GRADE_SCHEMA_VERSION = 4
 GRADER_VERSION = "0.1.0"
 
-Outcome = Literal["pass", "fail", "crash", "hang", "not_run", "diff_rejected"]
-OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "crash", "hang", "not_run", "diff_rejected")
+# flaky: a crash or hang on one run and a pass on its rerun (grading.confirm); never a pass.
+Outcome = Literal["pass", "fail", "crash", "hang", "flaky", "not_run", "diff_rejected"]
+OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "crash", "hang", "flaky", "not_run",
+                                 "diff_rejected")
 
 # complete: every declared configuration ran and every contract passed. complete_on_cpu: every
 # contract passed, but declared CUDA configurations could not run here, so nothing is known

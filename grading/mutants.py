@@ -233,7 +233,9 @@ def _options(args: argparse.Namespace, packet_spec: PacketSpec, diff: Path, out:
         trace_each_hidden_test=reference, hidden_share=part if reference else None,
         warm_start=not reference and not args.cold_start,
         warm_start_daemons=None if reference else _warm_daemons(args),
-        configurations_not_run=not_run)
+        configurations_not_run=not_run,
+        # A kill by a crash or hang is confirmed with the killing contract alone (_confirm).
+        confirm_unsteady=False)
 
 
 def _warm_daemons(args: argparse.Namespace) -> Path | None:

@@ -95,11 +95,13 @@ def public_statement(spec: PacketSpec) -> str:
     )
 
 
-def run_public_tests(opts: GradeOptions, layout: Layout) -> ContractResult:
+def run_public_tests(opts: GradeOptions, layout: Layout, *, rerun: bool = False) -> ContractResult:
+    """The public test command's contract; ``rerun``: its confirming run (grading.confirm),
+    in a fresh copy of the graded tree, logged apart."""
     spec = opts.packet
     # The candidate's own copy: the public command may write where it runs.
-    repo = sealed.give(layout.graded, "public-tests")
-    log_rel = f"{LOG_DIR}/public-tests.log"
+    repo = sealed.give(layout.graded, "public-tests-rerun" if rerun else "public-tests")
+    log_rel = f"{LOG_DIR}/public-tests{'.rerun' if rerun else ''}.log"
     res = run_command(
         spec.public_test_command,
         cwd=repo,

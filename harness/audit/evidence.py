@@ -72,7 +72,7 @@ EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 RUN_TOOLS = SNAPSHOT_TOOLS
 # Outcomes that judged a contract and found it wanting; not_run judged nothing, so a contract
 # that goes from not_run to pass is neither an improvement nor, the other way, a regression.
-FAILED_OUTCOMES = frozenset({"fail", "crash", "hang", "diff_rejected"})
+FAILED_OUTCOMES = frozenset({"fail", "crash", "hang", "flaky", "diff_rejected"})
 TOOL_NOT_USED_ID = "tool-not-used"
 OUTPUT_HEAD_CHARS = 600
 MESSAGE_CHARS = 4000

@@ -12,7 +12,7 @@ from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 
 # Outcomes that judged a contract and found it wanting.
-FAILING = frozenset({"fail", "crash", "hang", "diff_rejected"})
+FAILING = frozenset({"fail", "crash", "hang", "flaky", "diff_rejected"})
 
 
 class FaultSpec(BaseModel):

@@ -916,3 +916,51 @@ def test_a_judge_killed_midway_keeps_the_evidence_of_the_checks_it_finished(
     assert first["outcome"] == "pass"
     assert first["evidence"].get("properties") == {"measured": "42"}, first["evidence"]
     assert got["hidden:test_calc_hidden.py::test_b_ends_the_judge"]["outcome"] == "crash"
+
+
+def test_a_crash_is_run_again_and_a_crash_then_a_pass_is_flaky(
+    calc_task: dict[str, Path], tmp_path: Path
+) -> None:
+    """As a gloo rank aborting in its shutdown under load: the host can crash a check once. A
+    crash is run again; the same crash twice counts as a crash, a pass on the rerun is
+    ``flaky`` (never a pass), each with both runs' evidence. The public tests' run is run again
+    when its log shows a crashed process."""
+    # The judge's own marker (never the candidate's: nothing of a candidate job outlives it).
+    marker = Path(tempfile.mkdtemp(prefix="flaky-mark-")) / "ran-once"
+    (calc_task["hidden"] / "checks" / "test_calc_hidden.py").write_text(
+        "import os, signal\nfrom pathlib import Path\n\n\n"
+        "def test_steady(record_property):\n    record_property('measured', '1')\n\n\n"
+        "def test_aborts_once():\n"
+        f"    mark = Path({str(marker)!r})\n"
+        "    if not mark.exists():\n"
+        "        mark.write_text('x')\n"
+        "        os.kill(os.getpid(), signal.SIGABRT)\n\n\n"
+        "def test_aborts_always():\n    os.kill(os.getpid(), signal.SIGABRT)\n")
+    packet = yaml.safe_load(calc_task["packet"].read_text())
+    # A public run that fails the way a two-rank run aborting in its shutdown makes pytest
+    # fail, on the first run only (the rerun's folder is named apart).
+    packet["public_test_command"] = (
+        'case "$PWD" in *public-tests-rerun*) exit 0;; esac; '
+        "echo 'terminate called without an active exception'; exit 1")
+    calc_task["packet"].write_text(yaml.safe_dump(packet))
+
+    def change(repo: Path) -> None:
+        (repo / "calc.py").write_text(CALC_SOLVED)
+
+    _, report = grade_calc(calc_task, tmp_path, change, "flaky")
+    got = {c["id"]: c for c in report["contracts"]}
+    steady = got["hidden:test_calc_hidden.py::test_steady"]
+    assert steady["outcome"] == "pass" and "rerun" not in steady["evidence"]
+    once = got["hidden:test_calc_hidden.py::test_aborts_once"]
+    assert once["outcome"] == "flaky", once
+    assert once["evidence"]["rerun"]["outcome"] == "pass"
+    assert once["evidence"]["round"] != once["evidence"]["rerun"]["evidence"]["round"]
+    always = got["hidden:test_calc_hidden.py::test_aborts_always"]
+    assert always["outcome"] == "crash" and always["evidence"]["rerun"]["outcome"] == "crash"
+    public = got["public-tests"]
+    assert public["outcome"] == "flaky", public
+    assert public["log"] != public["evidence"]["rerun"]["log"]
+    assert report["verdict"] == "incomplete"
+    assert report["counts"]["flaky"] == 2
+    marker.unlink()
+    marker.parent.rmdir()
