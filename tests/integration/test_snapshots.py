@@ -97,5 +97,8 @@ def test_a_snapshot_file_that_does_not_match_its_event_is_refused(tmp_path: Path
     diff = attempt / "snapshots" / "0001.diff"
     diff.write_bytes(diff.read_bytes() + b"\n")
     result = harness("grade", str(attempt), "--snapshots")
-    assert result.returncode == 2 and "does not match its transcript event" in result.stderr
+    # Refused before anything is read: the attempt's manifest (and the snapshot event's digest)
+    # name the changed file.
+    assert result.returncode == 2, result.stderr
+    assert "does not verify" in result.stderr and "snapshots/0001.diff" in result.stderr
     assert not (attempt / SNAPSHOT_GRADES_NAME).exists()
