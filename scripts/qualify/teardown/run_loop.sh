@@ -26,7 +26,9 @@ one_run() {
     # shellcheck disable=SC2086
     target=(train.py --config "$config" ${TRAIN_ARGS//\{work\}/$work} --out "$work/out")
   fi
-  TEARDOWN_CENSUS_DIR=$work/census PYTHONPATH=$HERE GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
+  # Ranks still running 30 s before the time limit write their stacks (sitecustomize.py).
+  TEARDOWN_CENSUS_DIR=$work/census TEARDOWN_STACKS_AFTER_S=270 PYTHONPATH=$HERE \
+    GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 \
     timeout 300 python -m torch.distributed.run --nnodes 1 --nproc-per-node 2 \
     --master-addr 127.0.0.1 --master-port $((20000 + i % 20000)) "${target[@]}" \
     >"$work/log" 2>&1
@@ -35,7 +37,11 @@ one_run() {
   grep -q "terminate called\|Fatal Python error: Aborted\|exitcode *: -6" "$work/log" && abort=1
   threads=$(cat "$work"/census/*.threads 2>/dev/null | tr ' ' '\n' | grep -c '^\(pt_\)\?gloo')
   echo "run $i $config rc=$rc abort=$abort gloo_threads_at_exit=$threads"
-  if [ "$rc" -ne 0 ] || [ "$abort" -ne 0 ]; then
+  if [ "$rc" -eq 124 ]; then
+    # Timed out: the ranks' stacks (written before the limit), then the end of the log.
+    { grep -A 40 "^Thread 0x\|most recent call first" "$work/log" | head -n 120
+      tail -n 10 "$work/log"; } | sed 's/^/    /'
+  elif [ "$rc" -ne 0 ] || [ "$abort" -ne 0 ]; then
     grep -v "socket.cpp" "$work/log" | tail -n 15 | sed 's/^/    /'
   fi
   rm -rf "$work"

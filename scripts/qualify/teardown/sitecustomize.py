@@ -6,9 +6,14 @@ exit handlers and before the interpreter starts shutting down, so the threads it
 the ones still alive while Python finalizes. A gloo worker thread among them is the abort's
 precondition: one that drops a collective's tensor then must take the GIL and is ended with
 pthread_exit (SIGABRT, "terminate called without an active exception").
+
+A rank still running TEARDOWN_STACKS_AFTER_S seconds after it started writes every thread's
+stack to stderr once (faulthandler, no GIL needed), so a run that run_loop.sh ends by its time
+limit says where each rank was waiting instead of showing only the launcher's traceback.
 """
 
 import atexit
+import faulthandler
 import os
 
 
@@ -28,3 +33,7 @@ def _census() -> None:
 
 
 atexit.register(_census)
+
+if "RANK" in os.environ and os.environ.get("TEARDOWN_STACKS_AFTER_S"):
+    faulthandler.dump_traceback_later(float(os.environ["TEARDOWN_STACKS_AFTER_S"]), exit=False)
+    atexit.register(faulthandler.cancel_dump_traceback_later)
