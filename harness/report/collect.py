@@ -143,6 +143,10 @@ def collect(study_path: Path) -> StudyRecords:
         folder = Path(row.counted)
         record = attempts[int(folder.name.removeprefix("attempt-"))][1]
         used[row.session_id] = _used(row, locked[row.session_id], folder, record)
+    for session_id, attempts in sorted(by_session.items()):
+        if session_id not in locked:  # a record naming a session the lock does not have
+            left_out += [_left(root, folder, record, "names a session the lock does not have")
+                         for folder, record in attempts.values()]
     left_out.sort(key=lambda item: (item.session_id, item.attempt))
     return StudyRecords(study=study, study_path=study_path, frozen=frozen, citation=citation,
                         rows=rows, used=used, left_out=left_out, all_cpu_hours=cpu,

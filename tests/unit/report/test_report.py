@@ -289,3 +289,16 @@ def test_the_command_prints_a_summary_by_arm_and_writes_the_three_files(tmp_path
     assert rows["treatment"][:5] == ["1 of 2", "0", "2 / 1 / 1 / 0", "3600", "0.0180 USD"]
     assert rows["treatment"][6:] == ["1", "1 of 1"]
     assert "2 attempt(s) left out" in result.stdout
+
+
+def test_an_attempt_of_a_session_the_lock_does_not_have_is_left_out(tmp_path: Path) -> None:
+    built = Built(tmp_path)
+    stranger = built.session(1, "control").model_copy(
+        update={"session_id": "tiny-regression-pair9-control", "pair": 9})
+    built.attempt(AttemptSpec(session=stranger, steps=[Step("submit", passing())],
+                              final=passing()))
+    _report, folder = write_report(built.study, tmp_path / "out")
+    assert report_json(folder)["left_out"] == [{
+        "session_id": "tiny-regression-pair9-control", "attempt": 1,
+        "folder": "tiny-regression-pair9-control/attempt-1",
+        "why": "names a session the lock does not have"}]
