@@ -18,7 +18,7 @@ import yaml
 INFRA = {"harness_error", "sandbox_lost", "provider_error:retries_exhausted",
          "provider_error:malformed_response"}
 PASSING = {"complete", "complete_on_cpu"}
-FAILING = {"fail", "crash", "hang", "diff_rejected"}
+FAILING = {"fail", "crash", "hang", "flaky", "diff_rejected"}
 CLASS = {"fail": "silent_regression"}
 
 

@@ -174,7 +174,8 @@ def _grade_report(task: str, contracts: dict[str, str], not_run: dict[str, str],
                 "statement": "s", "outcome": outcome,
                 "evidence": {"properties": properties.get(cid, {})}}
                for cid, outcome in contracts.items()]
-    counts = dict.fromkeys(("pass", "fail", "crash", "hang", "not_run", "diff_rejected"), 0)
+    counts = dict.fromkeys(("pass", "fail", "crash", "hang", "flaky", "not_run",
+                             "diff_rejected"), 0)
     for outcome in contracts.values():
         counts[outcome] += 1
     return {

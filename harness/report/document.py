@@ -145,7 +145,8 @@ def _contracts(doc: Document, report: Report) -> None:
     section = report.contracts
     doc.add(Heading(2, "2. Per-contract outcomes, arm by arm"),
             Paragraph("Silent regression: a contract that fails while every run it made exits "
-                      "0; crash and hang are kept apart from it."))
+                      "0; crash and hang are kept apart from it, and so is flaky (a crash or hang "
+                      "that passed on its rerun, never a pass)."))
     if not section.contracts:
         doc.add(Paragraph("No graded session yet."))
         return

@@ -94,9 +94,11 @@ class PrimarySection(BaseModel):
 
 # --- 2. per-contract outcomes ------------------------------------------------------------------
 
-ContractClass = Literal["pass", "silent_regression", "crash", "hang", "not_run", "diff_rejected"]
+# flaky: a crash or hang on one run and a pass on its rerun (grading/confirm.py), never a pass.
+ContractClass = Literal["pass", "silent_regression", "crash", "hang", "flaky", "not_run",
+                        "diff_rejected"]
 CONTRACT_CLASSES: tuple[ContractClass, ...] = ("pass", "silent_regression", "crash", "hang",
-                                               "not_run", "diff_rejected")
+                                               "flaky", "not_run", "diff_rejected")
 
 
 class ContractCounts(BaseModel):

@@ -21,9 +21,11 @@ from harness.study.matrix.rows import SessionRow
 PASSING_VERDICTS = frozenset({"complete", "complete_on_cpu"})
 # A contract that fails while every run it made exits 0 is a silent regression: the grader
 # records a run that crashed or hung as crash or hang (grading/judge_plugin.py), so "fail"
-# is exactly an assertion on results that exited cleanly.
+# is exactly an assertion on results that exited cleanly. A crash or hang that passed on its
+# rerun is flaky (grading/confirm.py): neither a pass nor a silent regression.
 CONTRACT_CLASS = {"pass": "pass", "fail": "silent_regression", "crash": "crash",
-                  "hang": "hang", "not_run": "not_run", "diff_rejected": "diff_rejected"}
+                  "hang": "hang", "flaky": "flaky", "not_run": "not_run",
+                  "diff_rejected": "diff_rejected"}
 
 
 def session_summaries(records: StudyRecords) -> list[SessionSummary]:

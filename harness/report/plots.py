@@ -24,7 +24,8 @@ from harness.report.document import SECONDS_LABELS
 from harness.report.model import CONTRACT_CLASSES, Report
 
 CLASS_COLOURS = {"pass": "#2e7d32", "silent_regression": "#c62828", "crash": "#6a1b9a",
-                 "hang": "#ef6c00", "not_run": "#b0bec5", "diff_rejected": "#424242"}
+                 "hang": "#ef6c00", "flaky": "#f9a825", "not_run": "#b0bec5",
+                 "diff_rejected": "#424242"}
 MISSING_COLOUR = "#ffffff"
 
 

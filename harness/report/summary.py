@@ -9,8 +9,9 @@ from harness.report.model import Report
 
 def summary_table(report: Report) -> Table:
     table = Table(title=f"{report.study}: {report.status_line}")
-    for column in ("arm", "used", "feature complete", "contracts pass / silent / crash / hang",
-                   "tokens", "money", "wall s", "diagnostic calls", "audited"):
+    for column in ("arm", "used", "feature complete",
+                   "contracts pass / silent / crash / hang / flaky", "tokens", "money",
+                   "wall s", "diagnostic calls", "audited"):
         table.add_column(column, overflow="fold")
     costs = {a.arm: a for a in report.costs.by_arm}
     for arm in ("control", "treatment"):
@@ -23,7 +24,7 @@ def summary_table(report: Report) -> Table:
         table.add_row(
             arm, f"{len(used)} of {sum(s.arm == arm for s in report.sessions)}", str(done),
             " / ".join(str(totals.get(k, 0)) for k in ("pass", "silent_regression", "crash",
-                                                       "hang")),
+                                                       "hang", "flaky")),
             str(cost.tokens_total) if cost else "-",
             cost.money_total.shown() if cost else "-",
             f"{wall:.0f}" if cost else "-",

@@ -148,6 +148,30 @@ def test_every_section_is_recomputed_independently_from_the_records(tmp_path: Pa
     assert data["lock"]["sha256"] in text
 
 
+def test_a_flaky_contract_is_neither_a_pass_nor_a_silent_regression(tmp_path: Path) -> None:
+    # Grading reruns a crash or hang; a pass on the rerun is flaky (grade schema 4).
+    built = Built(tmp_path)
+    built.attempt(AttemptSpec(
+        session=built.session(1, "control"),
+        steps=[Step("run_public_tests", passing()),
+               Step("submit", passing("hidden:test_a", outcome="flaky"))],
+        final=passing("hidden:test_a", outcome="flaky")))
+    _report, folder = write_report(built.study, tmp_path / "out")
+    data = report_json(folder)
+    compare(data, recompute(built.study))
+    totals = data["contracts"]["totals"]["control"]
+    assert (totals["flaky"], totals["pass"], totals["silent_regression"], totals["crash"]) \
+        == (1, 3, 0, 0)
+    assert data["contracts"]["grid"]["tiny-regression-pair1-control"]["hidden:test_a"] == "flaky"
+    rows = {r["session_id"]: r for r in data["primary"]["rows"]}
+    assert rows["tiny-regression-pair1-control"]["complete"] is False
+    [trajectory] = [t for t in data["trajectory"]["sessions"]
+                    if t["session_id"] == "tiny-regression-pair1-control"]
+    assert trajectory["residual_defects"] == ["hidden:test_a"]
+    assert [(r["contract"], r["passed_at"], r["failed_at"]) for r in trajectory["regressions"]] \
+        == [("hidden:test_a", 1, 2)]
+
+
 def test_an_altered_diff_leaves_the_session_out_and_says_why(tmp_path: Path) -> None:
     built = full_study(tmp_path)
     diff = built.runs / "tiny-regression-pair1-control/attempt-1/submission.diff"
@@ -284,9 +308,9 @@ def test_the_command_prints_a_summary_by_arm_and_writes_the_three_files(tmp_path
     assert "partial: 3 of 4 sessions graded" in result.stdout
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
             for line in result.stdout.splitlines() if line.startswith("│")}
-    # arm: used, feature complete, pass/silent/crash/hang, tokens, money, ...
-    assert rows["control"][:5] == ["2 of 2", "2", "8 / 0 / 0 / 0", "2400", "0.0120 USD"]
-    assert rows["treatment"][:5] == ["1 of 2", "0", "2 / 1 / 1 / 0", "3600", "0.0180 USD"]
+    # arm: used, feature complete, pass/silent/crash/hang/flaky, tokens, money, ...
+    assert rows["control"][:5] == ["2 of 2", "2", "8 / 0 / 0 / 0 / 0", "2400", "0.0120 USD"]
+    assert rows["treatment"][:5] == ["1 of 2", "0", "2 / 1 / 1 / 0 / 0", "3600", "0.0180 USD"]
     assert rows["treatment"][6:] == ["1", "1 of 1"]
     assert "2 attempt(s) left out" in result.stdout
 
