@@ -90,7 +90,8 @@ def trajectory(report: Report) -> str:
     axes.set_xlabel("seconds since the session started")
     axes.set_ylabel("contracts passing")
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.legend(fontsize=8, loc="lower right")
+    # Beside the axes, as in every plot here: inside, a legend can hide a snapshot.
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes.set_title("passing contracts over time")
     return _svg(figure)
 
@@ -131,7 +132,7 @@ def budget(report: Report) -> str:
     axes.axvline(100, color="black", linestyle="--", linewidth=1)
     axes.set_yticks(list(ys), names, fontsize=8)
     axes.set_xlabel("% of the session's budget")
-    axes.legend(fontsize=8, loc="lower right")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes.set_title("tokens and wall time against budget")
     return _svg(figure)
 
