@@ -29,7 +29,7 @@ UNIT_DIR = Path(__file__).parent / "unit"
 # the end.
 LONGEST_FIRST = ("test_grader_image.py", "test_traincheck_calibration.py", "test_snapshots.py",
                  "test_matrix.py", "test_oracle_strength.py", "test_validate.py",
-                 "test_evidence.py")
+                 "test_evidence.py", "test_report.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

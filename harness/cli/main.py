@@ -13,7 +13,7 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed Typer
     from click.exceptions import UsageError  # type: ignore[assignment]
 
-from harness.cli import audit, images, oracle, session, study, traincheck
+from harness.cli import audit, images, oracle, report, session, study, traincheck
 from harness.cli.common import console, fail
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -43,6 +43,7 @@ app.command("demo")(session.demo)
 # A study.
 app.command("freeze")(study.freeze_cmd)
 app.add_typer(study.matrix, name="matrix")
+app.command("report")(report.report)
 # Reading an attempt back.
 app.command("verify")(audit.verify)
 app.add_typer(audit.replay, name="replay")

@@ -10,6 +10,7 @@ and nowhere else: ``$HARNESS_STUDY`` if set, else ``studies/pilot.yaml``.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import random
@@ -167,6 +168,29 @@ class Resources(BaseModel):
     gpus_per_session: int = Field(default=0, ge=0)
 
 
+# The token categories a session's usage records (harness.records.budget.Usage).
+TokenCategory = Literal["input", "output"]
+
+
+class Price(BaseModel):
+    """What one category of one model's tokens cost, as a price list said on a date.
+
+    Read only by ``harness report`` for the money lines; never by a session, so a new price
+    list is not a new study (the lock digests the study file without this table).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The model as agent.model names it (a scripted template as written, placeholders and
+    # all), or as one session resolved it.
+    model: str = Field(min_length=1)
+    category: TokenCategory
+    per_million_tokens: float = Field(ge=0)
+    currency: str = Field(default="USD", min_length=1)
+    date: datetime.date  # when the source said so
+    source: str = Field(min_length=1)  # where it was read: a URL, an invoice, a contract
+
+
 class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -182,6 +206,21 @@ class Study(BaseModel):
     matrix: MatrixPolicy = Field(default_factory=MatrixPolicy)
     resources: Resources = Field(default_factory=Resources)
     runs_dir: Path = Path("runs")
+    # Token prices for the report's money lines; a model or category without one is shown as
+    # "no price", never as zero.
+    prices: list[Price] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _prices_unique(self) -> Study:
+        seen = [(p.model, p.category) for p in self.prices]
+        twice = sorted({key for key in seen if seen.count(key) > 1})
+        if twice:
+            raise ValueError(f"prices name {twice[0][0]} {twice[0][1]} more than once")
+        currencies = sorted({p.currency for p in self.prices})
+        if len(currencies) > 1:
+            raise ValueError(f"prices use more than one currency ({', '.join(currencies)}): "
+                             "a report adds them up")
+        return self
 
     @model_validator(mode="after")
     def _arms_complete(self) -> Study:

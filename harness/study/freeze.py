@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import docker
 import docker.errors
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
@@ -159,6 +160,22 @@ def _tree(path: Path) -> str:
     return tree_sha256(path) if path.is_dir() else ABSENT
 
 
+def study_file_sha256(path: Path) -> str:
+    """The study file's digest: its bytes; for a file with a price table, its content without
+    the table (prices are read by reports only, never by a session, so a new price list is not
+    a new study, and a file without one keeps the digest it always had)."""
+    if not path.is_file():
+        return ABSENT
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and "prices" in data:
+        rest = {key: value for key, value in data.items() if key != "prices"}
+        return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()
+    return file_sha256(path)
+
+
 def scripted_file(model: str) -> Path | None:
     return _resolve(Path(model.removeprefix("scripted:"))) if model.startswith("scripted:") \
         else None
@@ -209,18 +226,20 @@ def _image_inputs(client: docker.DockerClient) -> list[tuple[str, str, str]]:
 
 
 def lock_items(study: Study, study_path: Path, sessions: list[LockedSession],
-               client: docker.DockerClient) -> list[LockItem]:
+               client: docker.DockerClient | None) -> list[LockItem]:
     """The digests of everything the study's results rest on, as they are now.
 
     Ordered from the most specific to the most general, so that the first drifted item a
     refusal names is the one that says what changed (a hidden check before the hidden tree).
+    Without an engine (``client`` None) the images' items are left out: only the engine can
+    say what an image is.
     """
     items: list[LockItem] = []
 
     def add(name: str, sha256: str, source: str) -> None:
         items.append(LockItem(name=name, sha256=sha256, source=source))
 
-    add("study file", _file(study_path), _shown(study_path))
+    add("study file", study_file_sha256(study_path), _shown(study_path))
     add("model settings", _json_sha256(study.agent.model_dump(mode="json")), "agent:")
     for model in sorted({s.model for s in sessions}):
         script = scripted_file(model)
@@ -252,7 +271,7 @@ def lock_items(study: Study, study_path: Path, sessions: list[LockedSession],
         add(f"calibration {task.id}", _file(calibration), _shown(calibration))
     add("grading code", grader_source_sha256(), "grading/*.py")
     add("diagnostics code", _tree(REPO_ROOT / "diagnostics"), "diagnostics/")
-    for name, image_id, inputs in _image_inputs(client):
+    for name, image_id, inputs in _image_inputs(client) if client is not None else []:
         add(f"image {name}", image_id, images.IMAGE_SPECS[name].tag)
         add(f"image {name} inputs", inputs, f"images/{name}/, its pins, wheels and parent")
     for arm_name, arm in study.arms.items():
@@ -421,12 +440,18 @@ def _study_file(study_path: Path) -> Path:
     return study_path.resolve()
 
 
+def is_image_item(name: str) -> bool:
+    return name.startswith("image ")
+
+
 def drift(frozen: Frozen, study: Study, study_path: Path,
-          client: docker.DockerClient) -> list[Drift]:
-    """Every locked item whose digest differs now, in the lock's order."""
+          client: docker.DockerClient | None) -> list[Drift]:
+    """Every locked item whose digest differs now, in the lock's order; without an engine
+    (``client`` None), every item but the images'."""
     now = {item.name: item for item in lock_items(
         study, _study_file(study_path), locked_sessions(study), client)}
-    locked = {item.name: item for item in frozen.lock.items}
+    locked = {item.name: item for item in frozen.lock.items
+              if client is not None or not is_image_item(item.name)}
     found = []
     for name in [*locked, *(n for n in now if n not in locked)]:
         was, current = locked.get(name), now.get(name)

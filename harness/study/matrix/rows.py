@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from harness.infra import sandbox
 from harness.oracle.grade import GRADER_ERROR
@@ -56,6 +56,11 @@ class SessionRow(BaseModel):
     note: str = ""
     next: Literal["none", "launch", "grade"] = "none"
     grade_dir: str | None = None
+    # The attempt folder the verdict comes from (a finished row), and why each other attempt
+    # of the session under this lock does not count (attempt number -> why): what a report
+    # uses and leaves out, decided here once.
+    counted: str | None = None
+    set_aside: dict[int, str] = Field(default_factory=dict)
 
 
 class Verifier:
@@ -107,13 +112,19 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
     # the session is shown damaged and nothing launches it again until someone looks.
     damaged = [f"attempt {folder.name.removeprefix('attempt-')} cannot be read: {problem}"
                for folder, problem in unreadable or []]
+    for folder, unread in unreadable or []:
+        number = folder.name.removeprefix("attempt-")
+        if number.isdigit():
+            row.set_aside[int(number)] = f"its record cannot be read: {unread}"
     final: tuple[Path, SessionRecord] | None = None
     for attempt_dir, record in attempts:
         if record.status == "running":
             if alive(record):
                 row.state, row.next, row.attempt = "running", "none", record.attempt
+                row.set_aside[record.attempt] = "still running"
             else:
                 row.note = "its harness is gone (`harness cleanup` marks it interrupted)"
+                row.set_aside[record.attempt] = row.note
             continue
         cpu, gpu = session_hours(record, session)
         row.cpu_hours += cpu
@@ -122,12 +133,21 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         if record.status == "finished" and kind != "infra" and kind != "interrupted":
             problem = verifier.problem(attempt_dir) if verifier else None
             if problem is None:
+                if final is not None:
+                    row.set_aside[final[1].attempt] = (f"a later attempt ({record.attempt}) "
+                                                       "of the session counts")
                 final = (attempt_dir, record)
             else:
                 damaged.append(f"attempt {record.attempt} does not verify: {problem}")
+                row.set_aside[record.attempt] = f"does not verify: {problem}"
         elif kind == "infra":
             failures.append(f"attempt {record.attempt}: {record.outcome}"
                             + (f" ({record.error[:120]})" if record.error else ""))
+            row.set_aside[record.attempt] = f"infrastructure failure ({record.outcome})"
+        elif kind == "interrupted" or record.status == "interrupted":
+            row.set_aside[record.attempt] = f"interrupted ({record.outcome or record.status})"
+        else:
+            row.set_aside[record.attempt] = f"ended {record.status} with {record.outcome}"
     last = attempts[-1][1] if attempts else None
     if last is not None:
         row.attempt = last.attempt
@@ -137,6 +157,9 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         return row
     if damaged:
         row.state, row.next, row.note = "damaged", "none", damaged[-1]
+        if final is not None:
+            row.set_aside[final[1].attempt] = ("another attempt of the session cannot be "
+                                               "trusted, so none counts until someone looks")
         return row
     if final is not None:
         attempt_dir, record = final
@@ -150,9 +173,11 @@ def session_row(session: LockedSession, attempts: list[tuple[Path, SessionRecord
         grades = read_grades(attempt_dir, record)
         good = [g for g in grades if g.verdict != GRADER_ERROR]
         if record.diff is None or good:
-            row.state = "finished"
+            row.state, row.counted = "finished", str(attempt_dir)
             row.verdict = good[-1].shown() if good else "no diff"
             return row
+        row.set_aside[record.attempt] = ("not graded yet" if not grades else
+                                         f"{len(grades)} grader error(s), no grade")
         errors = len(grades)
         row.verdict = GRADER_ERROR if errors else "not graded"
         if errors >= max_attempts:

@@ -48,4 +48,4 @@ def test_every_use_is_registered() -> None:
         g.name for g in app.registered_groups}
     assert names == {"session", "grade", "cleanup", "demo", "doctor", "freeze", "matrix", "verify",
                      "replay", "audit", "validate", "oracle-strength", "calibrate",
-                     "traincheck", "images"}
+                     "traincheck", "images", "report"}

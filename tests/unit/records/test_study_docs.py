@@ -21,7 +21,8 @@ def fields(model: type[BaseModel], prefix: str = "") -> list[str]:
             found += [f"arms.{arm}.{f}" for arm in ("control", "treatment")
                       for f in nested[0].model_fields]
         elif nested:
-            found += fields(nested[0], key + ("[]." if name == "tasks" else "."))
+            listed = typing.get_origin(field.annotation) is list
+            found += fields(nested[0], key + ("[]." if listed else "."))
         else:
             found.append(key)
     return found

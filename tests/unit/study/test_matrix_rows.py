@@ -48,3 +48,21 @@ def test_a_grading_cut_short_is_interrupted_and_graded_again(tmp_path: Path) -> 
     row = row_for(attempt)
     assert (row.state, row.next) == ("interrupted", "grade")
     assert "grades/grade-1 has no summary" in row.note
+
+
+def test_a_finished_row_names_its_attempt_and_what_it_sets_aside(tmp_path: Path) -> None:
+    good = finished_attempt(tmp_path / "attempt-1", graded=True)
+    row = row_for(good)
+    assert row.counted == str(good) and row.set_aside == {}
+    changed = finished_attempt(tmp_path / "other" / "attempt-1", graded=True)
+    (changed / "submission.diff").write_bytes(b"garbage\n")
+    row = row_for(changed, unreadable=[(tmp_path / "attempt-2", "session.json is not JSON")])
+    assert row.counted is None
+    assert row.set_aside == {
+        1: "does not verify: submission.diff changed since the manifest was written",
+        2: "its record cannot be read: session.json is not JSON"}
+
+
+def test_an_ungraded_attempt_is_set_aside_until_graded(tmp_path: Path) -> None:
+    row = row_for(finished_attempt(tmp_path / "attempt-1"))
+    assert row.counted is None and row.set_aside == {1: "not graded yet"}
