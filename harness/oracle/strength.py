@@ -200,7 +200,31 @@ def _containers(n: int) -> str:
     return "one grader container" if n == 1 else f"{n} grader containers"
 
 
-def render_markdown(report: OracleStrengthReport) -> str:
+class BlindRound(BaseModel):
+    """One measured round of blind faults (``scripts/qualify/blind_faults.py``'s JSON)."""
+
+    task: str
+    date: str
+    caught: int
+    total: int
+
+
+def blind_line(report_dir: Path, task: str) -> str:
+    """The latest blind-fault round's line for the report, or what says there is none."""
+    rounds = []
+    for path in sorted((report_dir / "blind").glob(f"{task}-*.json")):
+        try:
+            rounds.append((BlindRound.model_validate_json(path.read_bytes()), path))
+        except ValueError:
+            return f"Blind faults: `{path.name}` is unreadable; measure the round again."
+    if not rounds:
+        return "Blind faults: no round measured yet (docs/oracle-strength.md, \"Blind faults\")."
+    latest, path = max(rounds, key=lambda r: r[0].date)
+    return (f"Blind faults: caught {latest.caught} of {latest.total} ({latest.date}; written "
+            f"from the packet and the reference only, [the round](blind/{path.stem}.md)).")
+
+
+def render_markdown(report: OracleStrengthReport, blind: str = "") -> str:
     score = "n/a" if report.score is None else f"{report.score:.1%}"
     met = report.score is not None and report.score >= report.goal
     mutant_minutes = max(0.0, report.duration_s - (
@@ -212,6 +236,7 @@ def render_markdown(report: OracleStrengthReport) -> str:
         f"Score: **{score}** (detected {report.detected} of {report.mutants_total} mutants, "
         f"{report.equivalent} marked equivalent; goal {report.goal:.0%}: "
         f"{'met' if met else 'NOT met'}).", "",
+        *([blind, ""] if blind else []),
         f"Generated {report.generated_at} with seed {report.seed}"
         + (f", limit {report.limit}" if report.limit else "") +
         f"; grader code `{report.grader_source_sha256[:16]}`, hidden tree "
@@ -527,7 +552,7 @@ def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: Mu
                           canary=canary)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / f"{task}.json").write_text(report.model_dump_json(indent=1) + "\n")
-    (report_dir / f"{task}.md").write_text(render_markdown(report))
+    (report_dir / f"{task}.md").write_text(render_markdown(report, blind_line(report_dir, task)))
     stale = sorted(set(equivalents) - {e.mutant.id for e in report.entries
                                         if e.equivalent is not None})
     if stale and limit is None and whole:

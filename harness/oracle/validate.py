@@ -42,7 +42,7 @@ def _matches(contract: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(contract, p) for p in patterns)
 
 
-def _fault_diff(baseline: Path, reference: bytes, fault: bytes, work: Path) -> bytes:
+def fault_diff(baseline: Path, reference: bytes, fault: bytes, work: Path) -> bytes:
     """The diff baseline -> reference + fault, as an agent's diff would look."""
     with_reference = work / "reference"
     apply_patch(baseline, reference, with_reference)
@@ -112,7 +112,7 @@ def validate_task(
             assert isinstance(fault, FaultSpec)
             fault_work = work / f"{kind}-{fault.id}"
             fault_work.mkdir()
-            patch = _fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
+            patch = fault_diff(baseline, reference, (fault_dir / "fault.patch").read_bytes(),
                                 fault_work)
             plans.append((f"{kind}:{fault.id}", patch, fault.breaks))
         defined = {name for name, _, _ in plans}
