@@ -159,6 +159,9 @@ class ScriptedUpstream:
     cli: str  # claude-code | codex
     sent: list[dict[str, Any]] = field(default_factory=list)
     requests: int = 0
+    # The credential each request carried (x-api-key or authorization), so a test can see
+    # that the gateway added the host's key.
+    credentials: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.turns: list[Turn] = []
@@ -188,6 +191,8 @@ class ScriptedUpstream:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                outer.credentials.append(self.headers.get("x-api-key")
+                                         or self.headers.get("authorization") or "")
                 status, content_type, body = outer.answer(self.path.split("?")[0], raw)
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
@@ -319,10 +324,9 @@ def _chat(turn: Turn, model: str, usage: dict[str, int], call_id: str, stream: b
     delta: dict[str, Any] = {"role": "assistant", "content": turn.text or ""}
     if calls:
         delta["tool_calls"] = [{**calls[0], "index": 0}]
-    chunks: list[dict[str, Any]] = [{"id": f"chatcmpl-{call_id}", "object": "chat.completion.chunk", "model": model,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-              {"id": f"chatcmpl-{call_id}", "object": "chat.completion.chunk", "model": model,
-               "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
-              {"id": f"chatcmpl-{call_id}", "object": "chat.completion.chunk", "model": model,
-               "choices": [], "usage": usage_body}]
+    head = {"id": f"chatcmpl-{call_id}", "object": "chat.completion.chunk", "model": model}
+    chunks: list[dict[str, Any]] = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+        {**head, "choices": [], "usage": usage_body}]
     return _sse(chunks, named=False) + b"data: [DONE]\n\n"
