@@ -10,7 +10,10 @@ agent with one line. The gateway forwards to it exactly as to a real provider (w
 key), and ``sent`` keeps the usage each answer reported, so tests compare the two.
 
 Which step comes next is read from the request itself (the number of tool results in it),
-so a retried request gets the same answer.
+so a retried request gets the same answer. Codex hands a command that outlives its wait
+(``yield_time_ms``, at most 30 s) back as a running session; a result that says so is no step
+done, and the answer is to wait on that session (``write_stdin`` with nothing to write), as a
+model would, until the command has ended.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import posixpath
+import re
 import shlex
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +33,11 @@ from harness.agent.providers.scripted import Script, ScriptStep, load_script
 from harness.infra.sandbox import WORKSPACE
 
 HEREDOC_END = "HARNESS_SCRIPTED_EOF"
+# Codex's words for a command still running when its wait ended (0.169's unified exec).
+RUNNING = re.compile(r"Process running with session ID (\d+)")
+# How long Codex waits on a command before handing it back (its most), and on a poll.
+EXEC_YIELD_MS = 30_000
+POLL_YIELD_MS = 300_000
 
 
 @dataclass(frozen=True)
@@ -112,15 +121,35 @@ def shell_command(step: ScriptStep) -> str:
 def codex_turns(step: ScriptStep) -> list[Turn]:
     if step.tool == "submit":
         return [Turn(None, {}, str(step.args.get("summary", "done")), step)]
-    return [Turn("exec_command", {"cmd": shell_command(step)}, step.text, step)]
+    return [Turn("exec_command", {"cmd": shell_command(step), "yield_time_ms": EXEC_YIELD_MS},
+                 step.text, step)]
+
+
+def _output_text(item: dict[str, Any]) -> str:
+    output = item.get("output")
+    if isinstance(output, list):  # content parts
+        return "".join(str(p.get("text", "")) for p in output if isinstance(p, dict))
+    return str(output or "")
+
+
+def _responses_outputs(body: dict[str, Any]) -> list[str]:
+    items = body.get("input")
+    return [_output_text(i) for i in items if isinstance(i, dict) and i.get("type") in (
+        "function_call_output", "custom_tool_call_output")] if isinstance(items, list) else []
+
+
+def running_session(api: str, body: dict[str, Any]) -> int | None:
+    """The Codex session whose command the last tool result left running, if it did."""
+    outputs = _responses_outputs(body) if api == "openai-responses" else []
+    found = RUNNING.search(outputs[-1]) if outputs else None
+    return int(found.group(1)) if found else None
 
 
 def _tool_results(api: str, body: dict[str, Any]) -> int:
-    """How many tool results the conversation holds: the index of the next turn."""
+    """How many tool results the conversation holds (a command still running is none yet):
+    the index of the next turn."""
     if api == "openai-responses":
-        items = body.get("input")
-        return sum(1 for i in items if isinstance(i, dict) and i.get("type") in (
-            "function_call_output", "custom_tool_call_output")) if isinstance(items, list) else 0
+        return sum(1 for text in _responses_outputs(body) if not RUNNING.search(text))
     count = 0
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
@@ -224,13 +253,20 @@ class ScriptedUpstream:
         with self._lock:
             self.requests += 1
             index = _tool_results(api, body)
-            turn = (self.turns[index] if index < len(self.turns)
-                    else Turn(None, {}, "(script finished)", None))
+            waiting = running_session(api, body)
+            if waiting is not None:
+                turn = Turn("write_stdin", {"session_id": waiting, "chars": "",
+                                            "yield_time_ms": POLL_YIELD_MS}, "", None)
+            else:
+                turn = (self.turns[index] if index < len(self.turns)
+                        else Turn(None, {}, "(script finished)", None))
             reply_text = json.dumps({"tool": turn.tool, "args": turn.args, "text": turn.text})
             fresh, cached, output = _usage_for(raw, reply_text, turn.step)
             model = str(body.get("model", "scripted"))
             stream = bool(body.get("stream"))
-            call_id = f"call_{index + 1}"
+            # Unique within the conversation: a poll is a call of its own.
+            calls = len(_responses_outputs(body)) if api == "openai-responses" else index
+            call_id = f"call_{calls + 1}"
             if api == "anthropic-messages":
                 usage = {"input_tokens": fresh, "cache_read_input_tokens": cached,
                          "cache_creation_input_tokens": 0, "output_tokens": output}

@@ -14,9 +14,14 @@ import yaml
 from harness.agent.cli_agents.launch import PLACEHOLDER_KEY, cli_launch
 from harness.agent.cli_agents.prompt import build_cli_prompt
 from harness.agent.cli_agents.stream import MAX_LINE_BYTES, EventStream
-from harness.agent.gateway.scripted import claude_turns, codex_turns, shell_command
+from harness.agent.gateway.scripted import (
+    ScriptedUpstream,
+    claude_turns,
+    codex_turns,
+    shell_command,
+)
 from harness.agent.loop import build_system_prompt
-from harness.agent.providers.scripted import ScriptStep
+from harness.agent.providers.scripted import Script, ScriptStep
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
 from harness.paths import REPO_ROOT
 from harness.records import events
@@ -180,3 +185,36 @@ def test_every_scripted_solve_translates(tmp_path: Path) -> None:
         for step in steps:
             parsed = ScriptStep.model_validate(step)
             assert claude_turns(parsed) and codex_turns(parsed)
+
+
+def test_a_codex_command_still_running_is_waited_on_not_taken_as_done() -> None:
+    """Codex hands back a command that outlives its wait as a running session; the scripted
+    provider polls that session (write_stdin) and moves on only once it has ended."""
+    provider = ScriptedUpstream(Script(steps=[
+        ScriptStep(tool="run_candidate", args={"configuration": "cpu-1"}),
+        ScriptStep(tool="submit", args={"summary": "done"})]), "codex")
+
+    def answer(outputs: list[str]) -> dict[str, object]:
+        items: list[dict[str, object]] = [{"type": "message", "role": "user", "content": "go"}]
+        for n, text in enumerate(outputs, start=1):
+            items += [{"type": "function_call", "call_id": f"call_{n}", "name": "x",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": f"call_{n}", "output": text}]
+        status, _type, body = provider.answer("/v1/responses", json.dumps(
+            {"model": "m", "input": items, "stream": False}).encode())
+        assert status == 200
+        item = json.loads(body)["output"][0]
+        return {"type": item["type"], "name": item.get("name"), "call_id": item.get("call_id"),
+                "args": json.loads(item["arguments"]) if "arguments" in item else None}
+
+    first = answer([])
+    assert first["name"] == "exec_command" and first["args"]["cmd"] == (  # type: ignore[index]
+        "harness-run-candidate cpu-1")
+    running = "Chunk ID: 1\nWall time: 30.0 seconds\nProcess running with session ID 4242\n"
+    poll = answer([running])
+    assert poll["name"] == "write_stdin" and poll["call_id"] == "call_2"
+    assert poll["args"] == {"session_id": 4242, "chars": "", "yield_time_ms": 300_000}
+    again = answer([running, running])
+    assert again["name"] == "write_stdin" and again["call_id"] == "call_3"
+    done = answer([running, running, "Process exited with code 0\nOutput:\npass\n"])
+    assert done["type"] == "message"
