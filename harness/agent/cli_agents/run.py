@@ -130,6 +130,7 @@ def run_cli_agent(run: CliRun) -> AgentOutcome:
         sandbox.kill_call(call_id)
         worker.join(STOP_WAIT_S)
     worker.join()
+    gateway.close_commands()
     stream.close()
     if "error" in outcome_box:
         exc = outcome_box["error"]

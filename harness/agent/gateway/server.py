@@ -136,6 +136,7 @@ class Gateway:
         self.end_event = threading.Event()
         self.calls = 0
         self.requests_refused = 0
+        self.commands_closed = False
         self._model_lock = threading.Lock()
         self._tool_lock = threading.Lock()
         self._record_lock = threading.Lock()
@@ -333,12 +334,27 @@ class Gateway:
         except ValueError as exc:
             self.refuse("POST", HARNESS_TOOL_PREFIX + name, 400, str(exc), raw)
             return 400, {"output": f"error: {exc}", "exit_code": 3}
-        if self.ended is not None:
-            return 409, {"output": f"the session has ended ({self.ended.outcome})",
-                         "exit_code": 3}
-        with self._tool_lock:
-            output, code = self.tools(name, args)
+        if self.ended is not None or self.commands_closed:
+            why = self.ended.outcome if self.ended is not None else "the agent's run is over"
+            return 409, {"output": f"the session has ended ({why})", "exit_code": 3}
+        try:
+            with self._tool_lock:
+                output, code = self.tools(name, args)
+        except Exception as exc:  # answered and recorded, never a server traceback
+            if self.ended is not None or self.commands_closed:
+                # The agent left the command running when its run ended (Codex hands a long
+                # command back and may finish without waiting): the session stopped the
+                # container under it.
+                return 409, {"output": "the session has ended", "exit_code": 3}
+            self.refuse("POST", HARNESS_TOOL_PREFIX + name, 500,
+                        f"the harness command failed: {type(exc).__name__}: {exc}", raw)
+            return 500, {"output": f"error: the harness command failed: {exc}", "exit_code": 3}
         return 200, {"output": output, "exit_code": code}
+
+    def close_commands(self) -> None:
+        """The agent's run is over: no harness command starts, and one still running (the
+        agent left it behind) ends quietly when the session stops the container."""
+        self.commands_closed = True
 
 
 def _common_prefix(before: list[Any], now: list[Any]) -> int:

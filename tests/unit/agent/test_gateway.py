@@ -281,6 +281,25 @@ def test_harness_commands_reach_the_bridge_and_nothing_else_does(rig: Rig) -> No
     assert status == 400 and len(rig.tools_called) == 1
 
 
+def test_a_failing_harness_command_is_answered_and_recorded_and_none_runs_after_the_cli(
+    rig: Rig,
+) -> None:
+    def broken(name: str, args: dict[str, Any]) -> tuple[str, int]:
+        raise RuntimeError("the container went away")
+
+    rig.gateway.tools = broken
+    status, _, body = post(rig.gateway, "/harness/tools/run_public_tests", {"args": {}})
+    assert status == 500 and "went away" in json.loads(body)["output"]
+    refused = [e for e in read_events(rig.transcript_path) if e.kind == "gateway_refused"]
+    assert refused[-1].data["status"] == 500 and "RuntimeError" in refused[-1].data["reason"]
+    # The CLI's run is over (Codex may finish with a command still running): a command that
+    # fails now, under the stopped container, is quietly cut off; none starts.
+    rig.gateway.close_commands()
+    status, _, body = post(rig.gateway, "/harness/tools/run_public_tests", {"args": {}})
+    assert status == 409 and json.loads(body)["exit_code"] == 3
+    assert [e for e in read_events(rig.transcript_path) if e.kind == "gateway_refused"] == refused
+
+
 def test_an_oversized_or_chunked_request_is_refused_unread(rig: Rig) -> None:
     conn = Unix(rig.gateway.socket_path)
     conn.putrequest("POST", "/v1/messages")
