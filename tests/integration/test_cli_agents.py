@@ -17,6 +17,9 @@ What one session per CLI shows (test_a_cli_session_through_the_gateway):
   resolution, not the provider's port on the host;
 * a request the gateway cannot parse, sent from inside through the forwarder, is refused and
   recorded, and never reaches the provider.
+
+Then, per CLI: a spent token budget, the tool-call cap and the wall budget each stop the CLI
+with the budget outcome; a CLI killed mid-run is ``agent_exited``, an agent outcome.
 """
 
 from __future__ import annotations
@@ -275,6 +278,67 @@ def test_a_spent_token_budget_stops_the_cli(cli: str, tmp_path: Path,
     assert refused and refused[0]["path"] == MODEL_PATH[cli]
     end = events_of(attempt, "cli_end")[0]
     assert end["stopped_by_harness"] == "budget_exhausted:tokens_output"
+    assert verify(attempt / TRANSCRIPT_NAME).ok
+    assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_tool_call_budget_withholds_the_call_past_the_cap(cli: str, tmp_path: Path,
+                                                              client: docker.DockerClient) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": "echo one > first.txt"}},
+        {"tool": "bash", "args": {"command": "echo two > second.txt"}},
+        {"tool": "submit", "args": {"summary": "never reached"}},
+    ])
+    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
+                        budget={"tool_calls": 1})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    record = read_record(attempt)
+    assert record.outcome == "budget_exhausted:tool_calls", (record.outcome, record.error)
+    assert record.usage is not None and record.usage.tool_calls == 1
+    # The second call was answered by the provider but never handed to the CLI.
+    assert record.diff is not None and record.diff.files_changed == ["first.txt"]
+    assert len(events_of(attempt, "model_response")) == 2
+    assert len(events_of(attempt, "tool_call")) == 1
+    assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
+
+
+# Kills the CLI from inside its own shell tool (the name is split so this command's own
+# command line does not match it).
+KILL_THE_CLI = r"""echo before > before.txt && python3 - <<'HARNESS_KILL'
+import os, signal
+name = ("harness-agent" + "-cli").encode()
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) != os.getpid():
+        try:
+            argv0 = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(name):
+            os.kill(int(pid), signal.SIGKILL)
+HARNESS_KILL"""
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_cli_that_dies_is_an_agent_outcome(cli: str, tmp_path: Path,
+                                             client: docker.DockerClient) -> None:
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": KILL_THE_CLI}},
+        {"tool": "submit", "args": {"summary": "never reached"}},
+    ])
+    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    record = read_record(attempt)
+    assert record.status == "finished" and record.outcome == "agent_exited", record.outcome
+    # An agent outcome, not a harness error: why the CLI ended is in agent_end.
+    assert record.error is None
+    why = events_of(attempt, "agent_end")[0]["error"]
+    assert "exited with code" in why or "before its result event" in why, why
+    assert record.diff is not None and record.diff.files_changed == ["before.txt"]
+    end = events_of(attempt, "cli_end")[0]
+    assert end["exit_code"] != 0 and end["stopped_by_harness"] is None
     assert verify(attempt / TRANSCRIPT_NAME).ok
     assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
 
