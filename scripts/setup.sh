@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set-up shared by the README's commands, for a Debian 12 machine as root: installs what is
-# missing (Docker engine, debootstrap, git, venv, chromium), starts dockerd if it is not running,
-# installs the Python package into .venv and builds the images. Idempotent: a second run
+# missing (Docker engine, debootstrap, git, venv, chromium, npm), starts dockerd if it is not
+# running, installs the Python package into .venv and builds the images (the coding-agent CLIs'
+# too). Idempotent: a second run
 # installs nothing and rebuilds no image whose inputs are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,9 @@ command -v git >/dev/null 2>&1 || missing+=(git)
 # The replay viewer's test opens its page in headless Chromium (playwright drives Debian's).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# npm fetches the coding-agent CLIs' pinned binaries (npm pack) for their images; no Node runs
+# in any image.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   apt-get update -qq
@@ -46,4 +50,4 @@ if [ ! -x .venv/bin/harness ] || [ pyproject.toml -nt .venv/.installed ]; then
   touch .venv/.installed
 fi
 
-.venv/bin/harness images build
+.venv/bin/harness images build --agent claude-code --agent codex

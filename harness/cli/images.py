@@ -23,11 +23,25 @@ def images_build(
     torch: Annotated[str | None, typer.Option(
         metavar="SPEC", help="torch pin, e.g. torch==2.13.0")] = None,
     force: Annotated[bool, typer.Option(help="rebuild even if inputs did not change")] = False,
+    agent: Annotated[list[str] | None, typer.Option(
+        metavar="KIND", help="also build a coding-agent CLI's images (claude-code or codex): "
+        "its pinned binary is fetched with npm pack into .cache/cli-agents/ once")] = None,
 ) -> None:
-    """Build the rootfs, base, control, treatment and grader images (offline)."""
-    from harness.infra.images import build_images
+    """Build the rootfs, base, control, treatment and grader images (offline), and with
+    --agent the images of a coding-agent CLI (one layer over control and treatment)."""
+    from harness.infra.images import CLI_KINDS, build_images, cli_image_name, image_tag
 
-    report = build_images(names or None, torch_spec=torch, force=force, log=log)
+    wanted = list(names or [])
+    for kind in agent or []:
+        if kind not in CLI_KINDS:
+            raise HarnessError(f"unknown agent {kind!r}",
+                               f"use --agent {' or --agent '.join(CLI_KINDS)}")
+        wanted += [cli_image_name(arm, kind) for arm in ("control", "treatment")]
+    if agent and not names:
+        wanted += ["base", "control", "treatment", "grader"]
+    for name in wanted:
+        image_tag(name)  # an unknown name is one line
+    report = build_images(wanted or None, torch_spec=torch, force=force, log=log)
     for name, image in report.image_ids.items():
         state = "built" if name in report.built else "up to date"
         console.print(f"{name:<10} {image[:19]}  {state}")

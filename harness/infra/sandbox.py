@@ -3,7 +3,8 @@
 Lifecycle (plain and explicit, as in SWE-bench's harness): ``start`` creates a fresh named
 volume for ``/workspace`` and a fresh container, ``put_archive``/``get_archive`` move files,
 ``exec`` runs commands under a host-held deadline, ``close`` removes container and volume on
-every path out. Nothing from the host is bind-mounted.
+every path out. Nothing from the host is bind-mounted, but for a coding-agent CLI's session
+the one folder that holds the model gateway's unix socket (read-only; harness/agent/gateway/).
 
 Why a volume for ``/workspace``: with a read-only root filesystem ``put_archive`` fails on
 every path that is not a volume, tmpfs included, and ``get_archive`` cannot see a container's
@@ -210,8 +211,12 @@ class Sandbox:
         environment: dict[str, str] | None = None,
         user: str = INIT_USER,
         cap_add: tuple[str, ...] = INIT_CAPABILITIES,
+        gateway_dir: tuple[Path, str] | None = None,
     ) -> None:
         self.client = client
+        # (host folder, container path) of the model gateway's socket, bind-mounted read-only:
+        # the container's one way out when a CLI agent runs in it (it has no network).
+        self.gateway_dir = gateway_dir
         # The user PID 1 (and every exec that names no user) runs as, and the capabilities
         # it keeps; every other capability is dropped.
         self.user = user
@@ -258,7 +263,9 @@ class Sandbox:
             "nano_cpus": int(lim.cpus * 1e9),
             "shm_size": lim.shm_bytes,
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"},
-            "volumes": {volume_name: {"bind": WORKSPACE, "mode": "rw"}},
+            "volumes": {volume_name: {"bind": WORKSPACE, "mode": "rw"},
+                        **({str(self.gateway_dir[0]): {"bind": self.gateway_dir[1], "mode": "ro"}}
+                           if self.gateway_dir else {})},
             "device_requests": gpu_device_requests(self.gpu_ids),
             "environment": self.environment,
             "detach": True,
@@ -374,6 +381,7 @@ class Sandbox:
         workdir: str = WORKSPACE,
         user: str = AGENT_USER,
         on_output: Callable[[bytes], None] | None = None,
+        call_id: str | None = None,
     ) -> ExecResult:
         """Run a command; past ``timeout_s`` every process it started is killed. ``artifact``
         keeps its whole output up to the smaller of ``artifact_cap`` and the limits' cap.
@@ -384,7 +392,8 @@ class Sandbox:
         pids limit), PID 1 is signalled to kill everything but itself.
         """
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
-        call_id = uuid.uuid4().hex[:16]
+        # A caller that may have to stop the command before its deadline (kill_call) names it.
+        call_id = call_id or uuid.uuid4().hex[:16]
         api = self.client.api
         environment = {**(env or {}), "HARNESS_CALL_ID": call_id}
         half = self.limits.shown_output_bytes // 2
@@ -417,7 +426,7 @@ class Sandbox:
         kill: Literal["none", "marker", "init"] = "none"
         note = ""
         if timed_out:
-            kill, note = self._kill_call(call_id)
+            kill, note = self.kill_call(call_id)
             reader.join(10)
             if reader.is_alive() and kill != "init":
                 kill, note = "init", note + "; output stream stayed open, PID 1 killed the rest"
@@ -449,7 +458,8 @@ class Sandbox:
             kill_note=note,
         )
 
-    def _kill_call(self, call_id: str) -> tuple[Literal["marker", "init"], str]:
+    def kill_call(self, call_id: str) -> tuple[Literal["marker", "init"], str]:
+        """Kill every process of one exec (those carrying its marker), as at its deadline."""
         for attempt in range(5):
             try:
                 out = self.container.exec_run([KILL_COMMAND, call_id], user=AGENT_USER)

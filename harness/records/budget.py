@@ -151,6 +151,18 @@ class Ledger:
                       "candidate_runs": self.usage.candidate_runs}
         self._on_change("budget", counts)
 
+    def begin_candidate_run(self) -> None:
+        """Count one candidate run that is not a tool call of its own: a coding-agent CLI's
+        command that asks the harness for one (its shell call was counted as the tool call)."""
+        with self._lock:
+            self.check_time()
+            run_cap = self.budget.candidate_runs
+            if run_cap is not None and self.usage.candidate_runs >= run_cap:
+                raise BudgetExhausted("candidate_runs", f"cap {run_cap}")
+            self.usage.candidate_runs += 1
+            counts = {"candidate_runs": self.usage.candidate_runs}
+        self._on_change("budget", counts)
+
     def reserve_model_call(self, input_bound: int, requested_output: int) -> int:
         """The ``max_tokens`` the next model call may use, so that its worst case fits.
 

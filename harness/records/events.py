@@ -163,7 +163,13 @@ class WorkspaceFull(EventData):
 
 
 class ModelRequest(EventData):
-    """One model call: the messages added since the last request, and the token bound."""
+    """One model call: the messages added since the last request, and the token bound.
+
+    A coding-agent CLI's call, as the gateway received it, also says which ``api`` it spoke
+    and at which ``path``; ``frame`` is the request's JSON without its messages (the same
+    text every call: one blob), ``messages_from`` where ``messages`` start in the request's
+    list (those before are the previous request's), and ``sha256`` is of the exact bytes sent
+    to the provider, so the request can be rebuilt and checked."""
 
     turn: int
     provider: str
@@ -172,6 +178,13 @@ class ModelRequest(EventData):
     input_tokens_bound: int
     messages: list[dict[str, Any]]
     message_count: int
+    api: str | None = None
+    path: str | None = None
+    frame: Text | None = None
+    messages_from: int | None = None
+    sha256: str | None = None
+    # What the gateway changed before forwarding (e.g. max_tokens capped to the budget).
+    changed: dict[str, Any] | None = None
 
 
 class ModelAttempt(EventData):
@@ -203,6 +216,10 @@ class ModelResponse(EventData):
     model: str
     provider_content: list[dict[str, Any]] | None
     duration_s: float
+    # A CLI's call through the gateway: the API and the provider's body exactly as received
+    # (the server-sent events of a streamed answer), which the CLI got unchanged.
+    api: str | None = None
+    raw: Text | None = None
 
 
 class ProviderError(EventData):
@@ -268,6 +285,51 @@ class Snapshot(EventData):
     paused: bool | None = None
 
 
+# --- coding-agent CLIs ------------------------------------------------------------------------
+
+
+class CliStart(EventData):
+    """A coding-agent CLI started in the sandbox: which, how, with what prompt and settings
+    (environment and configuration files hold no secret: the provider's key stays on the
+    host, in the gateway)."""
+
+    cli: str
+    version: str
+    argv: list[str]
+    prompt: Text
+    environment: dict[str, str]
+    config_files: dict[str, Text]
+    gateway: dict[str, Any]
+
+
+class CliEnd(EventData):
+    """How the CLI's process ended, and what its event stream held (the whole stream is the
+    artifact ``stream``; lines that were not JSON or were over the size cap are counted)."""
+
+    exit_code: int | None
+    timed_out: bool
+    stopped_by_harness: str | None
+    events: int
+    unparsed_lines: int
+    oversize_lines: int
+    result: dict[str, Any] | None
+    stderr_tail: Text
+    stream: str | None
+    stderr: str | None
+
+
+class GatewayRefused(EventData):
+    """A request the gateway did not forward: unparseable, not a model or harness route,
+    too large, or over a budget. ``body`` is its first bytes, as text."""
+
+    method: str
+    path: str
+    status: int
+    reason: Text
+    body: Text | None
+    body_bytes: int
+
+
 # --- the final tree --------------------------------------------------------------------------
 
 
@@ -319,6 +381,9 @@ EVENT_DATA: dict[str, type[EventData]] = {
     "budget_overrun": BudgetOverrun,
     "budget_exhausted": BudgetExhausted,
     "workspace_full": WorkspaceFull,
+    "cli_start": CliStart,
+    "cli_end": CliEnd,
+    "gateway_refused": GatewayRefused,
     "sandbox_lost": SandboxLost,
     "agent_end": AgentEnd,
     "processes_stopped": ProcessesStopped,

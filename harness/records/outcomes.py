@@ -1,9 +1,9 @@
 """Which session outcomes a matrix retries: the one place that decides.
 
 An *agent outcome* is what the agent did with its session (it submitted, stopped, ran out of a
-budget, filled its workspace, produced an unusable diff, or the provider refused the request
-as malformed or unauthorised). It is the datum the study measures: final, never retried,
-since a retry would give that arm a second draw.
+budget, filled its workspace, produced an unusable diff, a coding-agent CLI crashed or exited
+early, or the provider refused the request as malformed or unauthorised). It is the datum the
+study measures: final, never retried, since a retry would give that arm a second draw.
 
 An *infrastructure failure* says nothing about the agent (the harness failed, the Docker
 daemon failed under it, its sandbox was lost, the provider stayed unreachable through every
@@ -23,7 +23,10 @@ from harness.records.budget import BudgetKind
 
 OutcomeKind = Literal["agent", "infra", "interrupted"]
 
-AGENT_OUTCOMES = frozenset({"submitted", "agent_stopped", "workspace_full", "diff_failed"})
+# agent_exited: a coding-agent CLI that crashed or ended without finishing its run (its own
+# doing, like a loop agent that stops without submitting).
+AGENT_OUTCOMES = frozenset({"submitted", "agent_stopped", "workspace_full", "diff_failed",
+                            "agent_exited"})
 AGENT_PREFIXES = ("budget_exhausted:",)
 # Provider errors the agent's own requests cause, or that no retry can fix.
 AGENT_PROVIDER_ERRORS = frozenset({"auth", "permission", "not_found", "bad_request"})

@@ -37,6 +37,10 @@ DEFAULT_STUDY = Path("studies/pilot.yaml")
 STUDY_ENV = "HARNESS_STUDY"
 # The model providers a study may name (agent.model is PROVIDER:NAME).
 PROVIDERS = ("scripted", "openai", "anthropic")
+# Who drives the model: the harness's own tool loop, or a coding-agent CLI in the sandbox.
+AgentKind = Literal["loop", "claude-code", "codex"]
+# The API each CLI speaks, so the provider its model may come from (or a scripted file).
+CLI_PROVIDERS: dict[str, str] = {"claude-code": "anthropic", "codex": "openai"}
 
 
 def default_study_path() -> Path:
@@ -96,10 +100,17 @@ class AgentSettings(BaseModel):
     A ``scripted:`` model may name its file with ``{task}`` and ``{arm}`` placeholders (one
     scripted solve per task, and a scripted agent that uses the treatment tool); a real model
     may not, so both arms of a study always talk to the same model.
+
+    ``kind`` chooses who drives the model: ``loop`` (the harness's tool loop) or a coding-agent
+    CLI run in the sandbox, every model call of which goes through the harness's gateway
+    (harness/agent/gateway/). A CLI's version is pinned in images/cli/binaries.yaml; a study
+    that states ``cli_version`` is refused when the images carry another.
     """
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: AgentKind = "loop"
+    cli_version: str | None = None
     model: str  # PROVIDER:NAME, PROVIDER one of PROVIDERS
     temperature: float | None = None
     max_output_tokens: int = Field(default=4096, gt=0)
@@ -123,6 +134,19 @@ class AgentSettings(BaseModel):
             raise ValueError(f"{value!r} names no {'file' if provider == 'scripted' else 'model'}"
                              f" after {provider}:")
         return value
+
+    @model_validator(mode="after")
+    def _cli_provider(self) -> AgentSettings:
+        if self.kind == "loop":
+            if self.cli_version is not None:
+                raise ValueError("cli_version is for a CLI agent (kind claude-code or codex)")
+            return self
+        provider = self.model.partition(":")[0]
+        wanted = CLI_PROVIDERS[self.kind]
+        if provider not in ("scripted", wanted):
+            raise ValueError(f"a {self.kind} agent speaks the {wanted} API: its model is "
+                             f"{wanted}:<model> or scripted:<file>, not {self.model!r}")
+        return self
 
     @model_validator(mode="after")
     def _placeholders(self) -> AgentSettings:

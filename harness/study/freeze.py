@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
+from harness.agent.cli_agents.prompt import build_cli_prompt, command_lines
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import tools_for_arm
 from harness.errors import HarnessError
@@ -197,7 +198,19 @@ def locked_sessions(study: Study) -> list[LockedSession]:
     return sessions
 
 
-def _image_inputs(client: docker.DockerClient) -> list[tuple[str, str, str]]:
+def study_images(study: Study) -> dict[str, images.ImageSpec]:
+    """The images a study's results rest on: the four every study uses, and a CLI agent's
+    two (its layer over each arm's image) when the study runs one."""
+    names = dict(images.IMAGE_SPECS)
+    if study.agent.kind != "loop":
+        for arm in ("control", "treatment"):
+            name = images.cli_image_name(arm, study.agent.kind)
+            names[name] = images.ALL_IMAGE_SPECS[name]
+    return names
+
+
+def _image_inputs(client: docker.DockerClient,
+                  specs: dict[str, images.ImageSpec]) -> list[tuple[str, str, str]]:
     """(name, image ID, the inputs hash the checkout gives now) of each image, or absent.
 
     The hash is ``images.inputs_hash`` of the Dockerfile folder, pins, wheels and parent as
@@ -209,7 +222,7 @@ def _image_inputs(client: docker.DockerClient) -> list[tuple[str, str, str]]:
         ids["rootfs"] = str(client.images.get(images.ROOTFS_TAG).id)
     except docker.errors.ImageNotFound:
         pass
-    for name, spec in images.IMAGE_SPECS.items():
+    for name, spec in specs.items():
         try:
             image = client.images.get(spec.tag)
         except docker.errors.ImageNotFound:
@@ -271,15 +284,26 @@ def lock_items(study: Study, study_path: Path, sessions: list[LockedSession],
         add(f"calibration {task.id}", _file(calibration), _shown(calibration))
     add("grading code", grader_source_sha256(), "grading/*.py")
     add("diagnostics code", _tree(REPO_ROOT / "diagnostics"), "diagnostics/")
-    for name, image_id, inputs in _image_inputs(client) if client is not None else []:
-        add(f"image {name}", image_id, images.IMAGE_SPECS[name].tag)
-        add(f"image {name} inputs", inputs, f"images/{name}/, its pins, wheels and parent")
+    specs = study_images(study)
+    for name, image_id, inputs in _image_inputs(client, specs) if client is not None else []:
+        add(f"image {name}", image_id, specs[name].tag)
+        add(f"image {name} inputs", inputs,
+            f"images/{specs[name].dockerfile_dir}/, its pins, wheels and parent")
     for arm_name, arm in study.arms.items():
         tools = tools_for_arm(arm.extra_tools)
-        add(f"arm {arm_name} tools and prompt", _json_sha256({
-            "image": arm.image, "tools": [t.api_dict() for t in tools],
-            "system_prompt": build_system_prompt(study.agent.system_prompt, tools)}),
-            "harness/agent/ (tools, system prompt)")
+        if study.agent.kind == "loop":
+            add(f"arm {arm_name} tools and prompt", _json_sha256({
+                "image": arm.image, "tools": [t.api_dict() for t in tools],
+                "system_prompt": build_system_prompt(study.agent.system_prompt, tools)}),
+                "harness/agent/ (tools, system prompt)")
+        else:
+            # A CLI's own tools come with its pinned binary (in the image's digest); what the
+            # harness adds is its commands and the prompt, whose task part is the packet's.
+            add(f"arm {arm_name} commands and prompt", _json_sha256({
+                "image": images.cli_image_name(arm.image, study.agent.kind),
+                "commands": command_lines(arm.extra_tools),
+                "prompt": build_cli_prompt(study.agent.system_prompt, arm.extra_tools, "")}),
+                "harness/agent/cli_agents/ (commands, prompt)")
     return items
 
 
@@ -390,10 +414,11 @@ def _check_preconditions(study: Study, items: list[LockItem],
         if item.name.startswith("agent script") and item.sha256 == ABSENT:
             raise HarnessError(f"study {study.name}: agent script {item.source} does not exist",
                                "fix agent.model in the study, or add the script")
-    for name, spec in images.IMAGE_SPECS.items():
+    for name, spec in study_images(study).items():
         if digests[f"image {name}"].sha256 == ABSENT:
+            build = f" --agent {spec.cli}" if spec.cli else ""
             raise HarnessError(f"study {study.name}: image {spec.tag} is missing",
-                               "build it with `harness images build`")
+                               f"build it with `harness images build{build}`")
         label = client.images.get(spec.tag).labels.get(images.INPUTS_LABEL)
         if label != digests[f"image {name} inputs"].sha256:
             raise HarnessError(f"image {spec.tag} is out of date with this checkout (its "

@@ -12,6 +12,7 @@ The record and the manifest end with the transcript's head, which ``harness veri
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -24,7 +25,19 @@ import docker
 from pydantic import BaseModel, Field, ValidationError
 
 from grading.hashing import file_sha256, tree_sha256
-from harness.agent.loop import AgentParts, AgentPrompt, build_system_prompt, run_agent
+from harness.agent.cli_agents.commands import COMMON_COMMANDS, HarnessCommands
+from harness.agent.cli_agents.launch import cli_launch
+from harness.agent.cli_agents.prompt import build_cli_prompt
+from harness.agent.cli_agents.run import CliRun, run_cli_agent
+from harness.agent.cli_agents.setup import CliSetup, prepare_cli, provider_for
+from harness.agent.gateway.server import CONTAINER_SOCKET_DIR, Gateway, GatewaySettings
+from harness.agent.loop import (
+    AgentOutcome,
+    AgentParts,
+    AgentPrompt,
+    build_system_prompt,
+    run_agent,
+)
 from harness.agent.providers import make_provider
 from harness.agent.providers.base import Provider
 from harness.agent.snapshots import Snapshots
@@ -122,7 +135,13 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print,
         except ValidationError as exc:
             raise HarnessError(f"--model {options.model!r} is not PROVIDER:NAME",
                                "use scripted:<file>, openai:<model> or anthropic:<model>") from exc
-    provider = make_provider(agent_settings)  # a missing API key fails here, before Docker
+    # A missing API key (or a CLI pinned at another version) fails here, before Docker.
+    provider: Provider | None = None
+    cli: CliSetup | None = None
+    if agent_settings.kind == "loop":
+        provider = make_provider(agent_settings)
+    else:
+        cli = prepare_cli(agent_settings)
     arm = study.arms[spec.arm]
     tools = tools_for_arm(arm.extra_tools)
     extras: dict[str, ExtraTool] = {}
@@ -142,7 +161,8 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print,
     # never counted.
     frozen = None if options.scratch else freeze.lock_for_session(
         study, options.study_path, client)
-    image_id = images.image_id(client, arm.image)
+    image_name = arm.image if cli is None else images.cli_image_name(arm.image, cli.cli)
+    image_id = images.image_id(client, image_name)
     counted = frozen is not None and options.model is None and gpus == study_gpus
     if counted and options.launch is None:
         assert frozen is not None
@@ -160,7 +180,7 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print,
         study_revision=frozen.lock.revision if frozen else None,
         lock_sha256=frozen.sha256 if frozen else None, launch=options.launch,
         packet_dir=str(packet.root),
-        hidden_dir=str(task.hidden_dir()), image=images.image_tag(arm.image), image_id=image_id,
+        hidden_dir=str(task.hidden_dir()), image=images.image_tag(image_name), image_id=image_id,
         harness_pid=os.getpid(), host=host_id(), started_at=utc_timestamp(),
     )
     write_record(attempt_dir, record)
@@ -174,7 +194,8 @@ def run_session(options: SessionOptions, log: Callable[[str], None] = print,
             _run_attempt(Attempt(study=study, options=options, record=record, dir=attempt_dir,
                                  packet=packet, agent=agent_settings, provider=provider,
                                  tools=tools, extras=extras, budget=budget, cpus=cpus,
-                                 gpus=gpus), client, transcript, log, progress)
+                                 gpus=gpus, cli=cli, extra_tools=list(arm.extra_tools)),
+                         client, transcript, log, progress)
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, f"session recorded as interrupted in {attempt_dir}") from None
@@ -207,12 +228,24 @@ class Attempt:
     dir: Path
     packet: TaskPacket
     agent: AgentSettings
-    provider: Provider
+    provider: Provider | None  # the loop's; None for a CLI agent
     tools: list[ToolSpec]
     extras: dict[str, ExtraTool]
     budget: Budget
     cpus: float
     gpus: int
+    cli: CliSetup | None = None  # a coding-agent CLI instead of the loop
+    extra_tools: tuple[str, ...] | list[str] = ()
+
+
+def _prompt_of(attempt: Attempt) -> tuple[str, list[str]]:
+    """(what the agent is told, the names of its tools or harness commands)."""
+    if attempt.cli is None:
+        return (build_system_prompt(attempt.agent.system_prompt, attempt.tools),
+                [t.name for t in attempt.tools])
+    return (build_cli_prompt(attempt.agent.system_prompt, list(attempt.extra_tools),
+                             attempt.packet.task_md),
+            [*COMMON_COMMANDS, *attempt.extra_tools])
 
 
 def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: TranscriptWriter,
@@ -223,13 +256,13 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
     agent_settings, cpus, gpus = attempt.agent, attempt.cpus, attempt.gpus
     baseline = AttemptPaths(root=attempt_dir).baseline
     snapshot_baseline(packet.repo, baseline)
-    system_prompt = build_system_prompt(agent_settings.system_prompt, tools)
+    system_prompt, tool_names = _prompt_of(attempt)
     transcript.append("session_start", {
         "study": study.name, "session": record.session_id, "attempt": record.attempt,
         "task": record.task, "pair": record.pair, "arm": record.arm, "seed": record.seed,
         "model": agent_settings.model_dump(mode="json"), "image": record.image,
         "image_id": record.image_id, "in_frozen_study": record.in_frozen_study,
-        "tools": [t.name for t in tools], "system_prompt": system_prompt,
+        "tools": tool_names, "system_prompt": system_prompt,
         "budget": budget.model_dump(mode="json"), "study_revision": record.study_revision,
         "lock_sha256": record.lock_sha256, "cpus": cpus, "gpus": gpus,
         "launch": record.launch.model_dump(mode="json") if record.launch else None,
@@ -238,6 +271,10 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
                     on_change=lambda kind, data: transcript.append(kind, data))
     slots = GpuSlots(study.runs_root().parent / ".gpu-slots")
     sandbox: Sandbox | None = None
+    # A CLI agent's provider (a scripted one runs for the session) and gateway: closed on
+    # every way out, after the container.
+    cli_parts = contextlib.ExitStack()
+    gateway: Gateway | None = None
     try:
         def waiting(message: str) -> None:
             log(message)
@@ -253,6 +290,14 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
                 ledger.add_queue(max(0.0, queued - lease.waited_s))
                 record.launch.queue_seconds = round(queued, 3)
             record.gpu_ids = lease.gpu_ids
+            if attempt.cli is not None:
+                upstream = cli_parts.enter_context(provider_for(attempt.cli))
+                gateway = Gateway(GatewaySettings(
+                    upstream=upstream, retry=agent_settings.retry,
+                    default_output_tokens=agent_settings.max_output_tokens,
+                    provider_label=attempt.cli.provider_label), ledger, transcript)
+                cli_parts.callback(gateway.close)
+                gateway.start()
             sandbox = Sandbox(
                 client, record.image_id, gpu_ids=lease.gpu_ids, name_hint=record.session_id,
                 labels={"org.harness.study": study.name, "org.harness.session": record.session_id,
@@ -262,6 +307,8 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
                         RUNS_LABEL: str(study.runs_root()),
                         "org.harness.role": "agent"},
                 limits=SandboxLimits(cpus=cpus),
+                gateway_dir=((gateway.socket_dir, CONTAINER_SOCKET_DIR)
+                             if gateway is not None and gateway.socket_dir else None),
             )
             sandbox.start()
             record.container = sandbox.name
@@ -278,11 +325,26 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
             snapshots = (Snapshots(sandbox, baseline, attempt_dir, transcript, ledger,
                                    max_tree_bytes=MAX_TREE_BYTES, max_diff_bytes=MAX_DIFF_BYTES)
                          if options.snapshots else None)
-            outcome = run_agent(
-                AgentParts(provider, tools, runner, ledger, transcript, snapshots),
-                AgentPrompt(system_prompt=system_prompt, task_md=packet.task_md,
-                            max_output_tokens=agent_settings.max_output_tokens,
-                            tool_output_chars=agent_settings.tool_output_chars))
+            outcome: AgentOutcome
+            if gateway is None:
+                assert provider is not None
+                outcome = run_agent(
+                    AgentParts(provider, tools, runner, ledger, transcript, snapshots),
+                    AgentPrompt(system_prompt=system_prompt, task_md=packet.task_md,
+                                max_output_tokens=agent_settings.max_output_tokens,
+                                tool_output_chars=agent_settings.tool_output_chars))
+            else:
+                assert attempt.cli is not None
+                gateway.tools = HarnessCommands(
+                    runner, transcript, snapshots,
+                    tool_output_chars=agent_settings.tool_output_chars,
+                    on_budget=lambda exc: gateway.end(exc.outcome, str(exc)))
+                outcome = run_cli_agent(CliRun(
+                    launch=cli_launch(attempt.cli.cli, attempt.cli.model_name, agent_settings,
+                                      ledger.time_left()),
+                    prompt=system_prompt, sandbox=sandbox, gateway=gateway, ledger=ledger,
+                    transcript=transcript, artifacts=AttemptPaths(root=attempt_dir).artifacts,
+                    snapshots=snapshots))
             # First thing: nothing the agent left running may write after its end.
             stopped = _stop_agent(sandbox)
             record.outcome = outcome.outcome
@@ -316,6 +378,7 @@ def _run_attempt(attempt: Attempt, client: docker.DockerClient, transcript: Tran
                                             f"{type(exc).__name__}: {exc}", "phase": "sandbox"})
                 log(f"warning: container {sandbox.name} was not removed ({exc}); run "
                     "`harness cleanup` once this session has ended")
+        cli_parts.close()
         record.usage = ledger.snapshot()
         record.ended_at = utc_timestamp()
         transcript.append("session_end", {"status": record.status, "outcome": record.outcome,

@@ -17,7 +17,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
@@ -184,73 +184,93 @@ class Provider(ABC):
         The SDKs send UTF-8 JSON, which cannot hold a lone surrogate (a model's own unpaired
         ``\\ud800`` escape, echoed back): it travels as U+FFFD. The transcript keeps the original.
         """
-        policy = self.retry_policy
-        started = time.monotonic()
-        attempt_no = 0
         wire = scrub_surrogates(messages)
 
-        def attempt() -> ModelTurn:
-            nonlocal attempt_no
-            attempt_no += 1
-            left = time_left()
-            if left <= 0:
-                raise DeadlineReached("no time left for a model call")
-            timeout = min(policy.request_timeout_s, left)
-            t0 = time.monotonic()
+        def call(timeout: float) -> ModelTurn:
             try:
-                try:
-                    turn = self._call(wire, tools, max_output_tokens, timeout)
-                    depth, _ = nesting(turn.provider_content)
-                    if depth > MAX_TURN_DEPTH:
-                        raise ProviderError("malformed_response", f"a reply nested {depth} "
-                                            f"levels deep (over {MAX_TURN_DEPTH})")
-                except (TransientError, ProviderError):
-                    raise
-                except (RecursionError, ValueError, TypeError, KeyError, IndexError,
-                        AttributeError, OverflowError) as exc:
-                    # Whatever the SDK or the parsing of a reply raised on a body nobody can
-                    # use (nesting past the parser's limit, an integer past Python's digit
-                    # limit): the provider's garbage, never a harness error.
-                    raise ProviderError("malformed_response",
-                                        f"{type(exc).__name__}: {str(exc)[:300]}") from exc
-            except (TransientError, ProviderError) as exc:
-                on_event("model_attempt", {
-                    "attempt": attempt_no, "ok": False, "error": str(exc)[:500],
-                    "error_type": type(exc).__name__, "status": exc.status,
-                    "retry_after_s": getattr(exc, "retry_after", None),
-                    "timeout_s": round(timeout, 3), "duration_s": round(time.monotonic() - t0, 4),
-                })
+                turn = self._call(wire, tools, max_output_tokens, timeout)
+                depth, _ = nesting(turn.provider_content)
+                if depth > MAX_TURN_DEPTH:
+                    raise ProviderError("malformed_response", f"a reply nested {depth} "
+                                        f"levels deep (over {MAX_TURN_DEPTH})")
+            except (TransientError, ProviderError):
                 raise
-            on_event("model_attempt", {"attempt": attempt_no, "ok": True,
-                                       "timeout_s": round(timeout, 3),
-                                       "duration_s": round(time.monotonic() - t0, 4)})
+            except (RecursionError, ValueError, TypeError, KeyError, IndexError,
+                    AttributeError, OverflowError) as exc:
+                # Whatever the SDK or the parsing of a reply raised on a body nobody can
+                # use (nesting past the parser's limit, an integer past Python's digit
+                # limit): the provider's garbage, never a harness error.
+                raise ProviderError("malformed_response",
+                                    f"{type(exc).__name__}: {str(exc)[:300]}") from exc
             return turn
 
-        backoff = wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
-                                          jitter=policy.jitter_s)
+        return call_with_retries(call, self.retry_policy, time_left=time_left,
+                                 on_event=on_event)
 
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            server = getattr(exc, "retry_after", None)
-            chosen = min(server, policy.max_wait_s) if server is not None else backoff(state)
-            return max(0.0, min(chosen, time_left()))
 
-        def stop(state: RetryCallState) -> bool:
-            out_of_time = time.monotonic() - started >= policy.max_total_s
-            return (stop_after_attempt(policy.max_attempts)(state) or out_of_time
-                    or time_left() <= 0)
+T = TypeVar("T")
 
-        def before_sleep(state: RetryCallState) -> None:
-            wait_s = state.next_action.sleep if state.next_action else 0.0
-            on_event("model_retry_wait", {"after_attempt": state.attempt_number,
-                                          "wait_s": round(wait_s, 4)})
 
-        retrying = Retrying(retry=retry_if_exception_type(TransientError), wait=wait,
-                            stop=stop, before_sleep=before_sleep, reraise=True)
+def call_with_retries(call: Callable[[float], T], policy: RetryPolicy, *,
+                      time_left: Callable[[], float] = lambda: float("inf"),
+                      on_event: OnEvent = lambda _kind, _data: None) -> T:
+    """``call(timeout_s)`` under the study's retry policy; raises DeadlineReached or
+    ProviderError. The one retry policy of every model call: the loop's providers and the
+    gateway that meters a coding-agent CLI's calls both go through here.
+
+    ``call`` raises TransientError (retried) or ProviderError (not); each attempt is reported
+    (``model_attempt``) and each wait (``model_retry_wait``), never past the deadline."""
+    started = time.monotonic()
+    attempt_no = 0
+
+    def attempt() -> T:
+        nonlocal attempt_no
+        attempt_no += 1
+        left = time_left()
+        if left <= 0:
+            raise DeadlineReached("no time left for a model call")
+        timeout = min(policy.request_timeout_s, left)
+        t0 = time.monotonic()
         try:
-            return retrying(attempt)
-        except TransientError as exc:
-            if time_left() <= 0:
-                raise DeadlineReached(f"the model did not answer in time ({exc})") from exc
-            raise ProviderError("retries_exhausted", f"{attempt_no} attempts: {exc}",
-                                status=exc.status) from exc
+            result = call(timeout)
+        except (TransientError, ProviderError) as exc:
+            on_event("model_attempt", {
+                "attempt": attempt_no, "ok": False, "error": str(exc)[:500],
+                "error_type": type(exc).__name__, "status": exc.status,
+                "retry_after_s": getattr(exc, "retry_after", None),
+                "timeout_s": round(timeout, 3), "duration_s": round(time.monotonic() - t0, 4),
+            })
+            raise
+        on_event("model_attempt", {"attempt": attempt_no, "ok": True,
+                                   "timeout_s": round(timeout, 3),
+                                   "duration_s": round(time.monotonic() - t0, 4)})
+        return result
+
+    backoff = wait_exponential_jitter(multiplier=policy.initial_wait_s, max=policy.max_wait_s,
+                                      jitter=policy.jitter_s)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        server = getattr(exc, "retry_after", None)
+        chosen = min(server, policy.max_wait_s) if server is not None else backoff(state)
+        return max(0.0, min(chosen, time_left()))
+
+    def stop(state: RetryCallState) -> bool:
+        out_of_time = time.monotonic() - started >= policy.max_total_s
+        return (stop_after_attempt(policy.max_attempts)(state) or out_of_time
+                or time_left() <= 0)
+
+    def before_sleep(state: RetryCallState) -> None:
+        wait_s = state.next_action.sleep if state.next_action else 0.0
+        on_event("model_retry_wait", {"after_attempt": state.attempt_number,
+                                      "wait_s": round(wait_s, 4)})
+
+    retrying = Retrying(retry=retry_if_exception_type(TransientError), wait=wait,
+                        stop=stop, before_sleep=before_sleep, reraise=True)
+    try:
+        return retrying(attempt)
+    except TransientError as exc:
+        if time_left() <= 0:
+            raise DeadlineReached(f"the model did not answer in time ({exc})") from exc
+        raise ProviderError("retries_exhausted", f"{attempt_no} attempts: {exc}",
+                            status=exc.status) from exc

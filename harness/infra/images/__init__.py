@@ -16,17 +16,39 @@ from __future__ import annotations
 from harness.infra.images.build import BuildReport, build_image, build_images, inputs_hash
 from harness.infra.images.runtime import docker_client, image_id
 from harness.infra.images.specs import (
+    ALL_IMAGE_SPECS,
+    CLI_IMAGE_SPECS,
+    CLI_KINDS,
     DEFAULT_TORCH_SPEC,
     IMAGE_SPECS,
     INPUTS_LABEL,
     ROOTFS_TAG,
+    CliKind,
     ImageSpec,
+    cli_image_name,
     image_tag,
 )
 from harness.infra.images.wheelhouse import find_wheels, image_pins, read_pins
 
 __all__ = [
-    "DEFAULT_TORCH_SPEC", "IMAGE_SPECS", "INPUTS_LABEL", "ROOTFS_TAG", "BuildReport", "ImageSpec",
-    "build_image", "build_images", "docker_client", "find_wheels", "image_id", "image_pins",
-    "image_tag", "inputs_hash", "read_pins",
+    "ALL_IMAGE_SPECS",
+    "CLI_IMAGE_SPECS",
+    "CLI_KINDS",
+    "DEFAULT_TORCH_SPEC",
+    "IMAGE_SPECS",
+    "INPUTS_LABEL",
+    "ROOTFS_TAG",
+    "BuildReport",
+    "CliKind",
+    "ImageSpec",
+    "build_image",
+    "build_images",
+    "cli_image_name",
+    "docker_client",
+    "find_wheels",
+    "image_id",
+    "image_pins",
+    "image_tag",
+    "inputs_hash",
+    "read_pins",
 ]

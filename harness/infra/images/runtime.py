@@ -6,7 +6,7 @@ import docker
 import docker.errors
 
 from harness.errors import HarnessError
-from harness.infra.images.specs import image_tag
+from harness.infra.images.specs import ALL_IMAGE_SPECS, image_tag
 
 
 def docker_client() -> docker.DockerClient:
@@ -28,6 +28,8 @@ def image_id(client: docker.DockerClient, name: str) -> str:
     try:
         return str(client.images.get(tag).id)
     except docker.errors.ImageNotFound as exc:
+        cli = ALL_IMAGE_SPECS[name].cli
         raise HarnessError(
-            f"image {tag} is missing", "build it with `harness images build`"
+            f"image {tag} is missing",
+            f"build it with `harness images build{f' --agent {cli}' if cli else ''}`"
         ) from exc

@@ -89,3 +89,40 @@ def test_every_outcome_the_harness_writes_is_classified() -> None:
     assert outcome_kind("sandbox_lost") == "infra"
     assert outcome_kind("provider_error:auth") == "agent"
     assert outcome_kind("something_new") is None
+
+
+def test_a_cli_agent_speaks_its_own_providers_api() -> None:
+    from pydantic import ValidationError
+
+    from harness.records.study import AgentSettings
+
+    AgentSettings(kind="claude-code", model="anthropic:claude-x")
+    AgentSettings(kind="codex", model="openai:gpt-x", cli_version="0.169.0")
+    AgentSettings(kind="codex", model="scripted:{task}-{arm}.yaml")
+    for bad in ({"kind": "claude-code", "model": "openai:gpt-x"},
+                {"kind": "codex", "model": "anthropic:claude-x"},
+                {"kind": "loop", "model": "openai:gpt-x", "cli_version": "1"},
+                {"kind": "aider", "model": "openai:gpt-x"}):
+        try:
+            AgentSettings.model_validate(bad)
+        except ValidationError:
+            continue
+        raise AssertionError(f"accepted {bad}")
+
+
+def test_the_offline_pilot_runs_a_cli_agent_with_one_more_line(tmp_path: Path) -> None:
+    from harness.agent.gateway.scripted import claude_turns, codex_turns
+    from harness.agent.providers.scripted import load_script
+
+    text = (REPO_ROOT / "studies/pilot-offline.yaml").read_text()
+    for kind, turns in (("claude-code", claude_turns), ("codex", codex_turns)):
+        changed = text.replace("\nagent:\n", f"\nagent:\n  kind: {kind}\n", 1)
+        assert len(changed.splitlines()) == len(text.splitlines()) + 1
+        path = tmp_path / f"pilot-{kind}.yaml"
+        path.write_text(changed)
+        study = load_study(path)
+        assert study.agent.kind == kind
+        for spec in launch_order(study):
+            script = load_script(REPO_ROOT / study.agent_for(spec).model.removeprefix(
+                "scripted:"))
+            assert all(turns(step) for step in script.steps)
