@@ -9,6 +9,8 @@ Three jobs:
   check may not end on a ``SealError`` (candidate processes that survived SIGKILL). Either is a
   grader defect: the test is failed and the grader is told through a flag file
   (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error;
+- each check's declaration of where its observations are made (``grading.observation``:
+  judge, outside, candidate_report) in its evidence, ``undeclared`` when it makes none;
 - each check's evidence as soon as it finishes (``GRADING_JUDGE_EVIDENCE``, one JSON line per
   check: outcome, duration, properties, message), so a judge killed later in its run (for
   memory, by a hang's limit) leaves the evidence of the checks it had finished, not only
@@ -25,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from grading import sealed
+from grading import observation, sealed
 from grading.probe import CandidateRunFailed
 from grading.sealed import SealError
 
@@ -62,6 +64,19 @@ def contamination() -> list[str]:
         if isinstance(file, str) and _under(file, roots):
             found.append(f"module {name} from {file}")
     return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{observation.MARKER}(*kinds, reports=None, corroborated_by=None): where the "
+        "check's observations are made (grading.observation)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Before anything of the check runs, so even a check that errors in its fixtures says
+    # where it would have looked.
+    item.user_properties.extend(observation.evidence_properties(item))
 
 
 @pytest.hookimpl(hookwrapper=True)

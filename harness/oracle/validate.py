@@ -164,6 +164,11 @@ def validate_task(
     return result
 
 
+# Where a check's observations are made (grading.observation's evidence properties): a column
+# of its own, never part of what it measured.
+OBSERVATION_PROPERTIES = ("observed_in", "candidate_reports", "corroborated_by", "uncorroborated")
+
+
 def contract_evidence(evidence: dict[str, object], limit: int = 160) -> dict[str, str]:
     """A check's recorded properties, trimmed for a table (launcher run logs left out)."""
     props = evidence.get("properties") or {}
@@ -193,13 +198,13 @@ def render_markdown(report: ValidationReport) -> str:
     reference = next((v for v in report.variants if v.variant == "reference"), None)
     if reference is not None and any(reference.evidence.values()):
         lines += ["", "## The reference's evidence", "",
-                  "| contract | oracle | configurations | tolerance | measured |",
-                  "| --- | --- | --- | --- | --- |"]
-        declared = ("oracle", "configurations", "tolerance", "why")
+                  "| contract | oracle | observed in | configurations | tolerance | measured |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        declared = ("oracle", "configurations", "tolerance", "why", *OBSERVATION_PROPERTIES)
         for contract in report.contracts:
             ev = reference.evidence.get(contract, {})
             measured = "; ".join(f"{k}={v}" for k, v in ev.items() if k not in declared)
-            cells = [ev.get("oracle", ""), ev.get("configurations", ""),
+            cells = [ev.get("oracle", ""), ev.get("observed_in", ""), ev.get("configurations", ""),
                      ev.get("tolerance", ""), measured[:300]]
             cells = [c.replace("|", "/").replace("\n", " ") for c in cells]
             lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")

@@ -918,7 +918,9 @@ def test_a_judge_killed_midway_keeps_the_evidence_of_the_checks_it_finished(
     got = {c["id"]: c for c in report["contracts"]}
     first = got["hidden:test_calc_hidden.py::test_a_measures"]
     assert first["outcome"] == "pass"
-    assert first["evidence"].get("properties") == {"measured": "42"}, first["evidence"]
+    # Its own property, next to the plugin's (the calc check declares no observation kind).
+    assert first["evidence"].get("properties") == {"observed_in": "undeclared",
+                                                   "measured": "42"}, first["evidence"]
     assert got["hidden:test_calc_hidden.py::test_b_ends_the_judge"]["outcome"] == "crash"
 
 

@@ -24,6 +24,7 @@ import torch
 from oracle_lib import PATTERN, check_key_schema, run_env, workdir
 
 from grading.compare import as_float, within
+from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
 from grading.probe import CandidateRunFailed
 from grading.run import run_command
 
@@ -59,6 +60,11 @@ def _replay_errors(run: Any, traj: judge_replay.Trajectory) -> dict[str, float]:
             "loss": loss_err, "lr": lr_err}
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the model summary.json records (pattern and layer count)',
+             corroborated_by="the final weights the judge reads are an AMM stack that is the "
+                             "judge's replay of two steps, and the invalid patterns' runs exit "
+                             "non-zero")
 def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_cpu1: Any,
                                                 cli_two_layers: Any, programs: Any,
                                                 record_property: Any) -> None:
@@ -140,6 +146,11 @@ def _require_fp32(state: dict[str, Any], run: str) -> None:
     assert not odd, f"{run}: weights not in the default fp32: {dict(list(odd.items())[:4])}"
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the pattern, steps and seed summary.json records',
+             corroborated_by="the judge's held-out loss of the final weights (an AMAM stack by "
+                             "their keys) with the candidate's exported program, and the weights "
+                             "are the judge's replay of the 200 steps")
 def test_quality_heldout_loss(quality_run: Any, programs: Any, record_property: Any) -> None:
     """Held-out loss after the default 200 cpu-1 fp32 steps with --layer-pattern AMAM (seed 0) lies
     in [0.55, 0.68] (reference 0.639, all-attention 0.721), computed by the judge from the run's

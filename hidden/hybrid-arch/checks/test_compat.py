@@ -30,6 +30,7 @@ from oracle_lib import (
 
 from grading import probe
 from grading.compare import within
+from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
 
 # The judge's replay of the pristine model (same ops, one process) vs a cpu-1 run resumed from
 # the perturbed checkpoint: measured 0 for the baseline and the reference; the perturbation
@@ -37,6 +38,7 @@ from grading.compare import within
 PERTURBED_RESUME_TOL = 1e-6
 
 
+@observed_in(JUDGE, OUTSIDE)
 def test_default_pattern_is_baseline_bitwise(
     baseline_cpu1: Any, candidate_default_cpu1: Any, record_property: Any
 ) -> None:
@@ -64,6 +66,11 @@ def test_default_pattern_is_baseline_bitwise(
     assert cand_metrics == base_metrics, "metrics.jsonl (losses, LRs) differs from the baseline"
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="that the default model loaded the baseline's state strictly",
+             corroborated_by="the run resumed from the baseline's checkpoint ends bitwise at the "
+                             "baseline's end, and one resumed from the judge's perturbed "
+                             "checkpoint at the judge's replay")
 def test_baseline_checkpoint_loads_into_all_attention(
     baseline_cpu1: Any, candidate_resumes_baseline: Any, launch_resume_perturbed: Any,
     record_property: Any

@@ -41,6 +41,7 @@ from oracle_lib import (
 from run_export import check_run_export
 
 from grading.compare import as_tensor, within, worst
+from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
 
 # QUALIFICATION.md: cpu-1 vs gloo-ddp-2 fp64 final params 8.9e-16 (reference, AMAM); only the
 # reduction order differs, a real bug moves params by > 1e-4.
@@ -101,6 +102,10 @@ def _anchor(run: Any, traj: judge_replay.Trajectory, dtype: str, record_property
     assert within(lr_err, LR_TOL), f"{run.name}: logged LRs differ from the judge's by {lr_err}"
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the pattern summary.json records',
+             corroborated_by="the final weights are an AMAM stack by their keys and both runs are"
+                             " the judge's replay")
 def test_gloo_ddp2_matches_cpu1_fp64(cpu1_fp64: Any, ddp_fp64: Any, programs: Any,
                                      record_property: Any) -> None:
     """A hybrid (AMAM) model after 20 fp64 AdamW steps at global batch 16: gloo-ddp-2 final
@@ -129,6 +134,10 @@ def test_gloo_ddp2_matches_cpu1_fp64(cpu1_fp64: Any, ddp_fp64: Any, programs: An
         _anchor(run, traj, "fp64", record_property)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the pattern summary.json records',
+             corroborated_by="the final weights are an AMAM stack by their keys and the "
+                             "gloo-ddp-2 runs are the judge's replay")
 def test_gloo_fsdp2_matches_gloo_ddp2_bitwise(
     ddp_fp64: Any, fsdp_fp64: Any, ddp_fp32_ckpt: Any, fsdp_fp32: Any, programs: Any,
     record_property: Any
@@ -165,6 +174,7 @@ FSDP_EXPORT_WEIGHTS_TOL = 1e-6
 FSDP_EXPORT_TOL = 1e-5
 
 
+@observed_in(JUDGE, OUTSIDE)
 def test_gloo_fsdp2_export(fsdp_fp64: Any, programs: Any, record_property: Any) -> None:
     """train.py --export under gloo-fsdp-2 (fp64, AMAM) keeps working: it writes the program of
     the run's final full model (keys follow the schema, only allow-listed operators, every
@@ -182,6 +192,12 @@ def test_gloo_fsdp2_export(fsdp_fp64: Any, programs: Any, record_property: Any) 
                      weights_tol=FSDP_EXPORT_WEIGHTS_TOL, logits_tol=FSDP_EXPORT_TOL)
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="the FSDP structure the probe's ranks describe (units, managed parameters, "
+                     "placements, block kinds)",
+             uncorroborated="which modules are fully_shard units is visible only inside the "
+                            "ranks' processes; the numbers are the same however the blocks are "
+                            "wrapped")
 def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> None:
     """Under gloo-fsdp-2 every block of a hybrid model, attention or mixer, is its own
     fully_shard unit with its parameters sharded on dim 0, and the root is a unit too."""
@@ -226,6 +242,12 @@ def test_gloo_fsdp2_wraps_every_block(fsdp_probe: Any, record_property: Any) -> 
             assert not unsharded, f"{where}: parameters not sharded on dim 0: {unsharded}"
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="summary.json's resumed_from, and the checkpoint's top-level keys (read by a"
+                     " probe: DCP metadata is a pickle)",
+             corroborated_by="the resumed run's state is the uninterrupted run's bitwise, and a "
+                             "launch resumed from the judge's perturbed checkpoint ends at the "
+                             "judge's replay")
 def test_resume_gloo_ddp2_bitwise(
     ddp_fp32_ckpt: Any, ddp_fp32_resumed: Any, programs: Any, launch_resume_perturbed: Any,
     record_property: Any
@@ -327,6 +349,10 @@ def _resume_matches(full: Any, resumed: Any, label: str, record_property: Any) -
     assert within(tree_max_diff(got, want), 0.0), (label, got, want)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="summary.json's resumed_from and the pattern it records",
+             corroborated_by="the resumed runs' final states are the uninterrupted runs' bitwise,"
+                             " and those are the judge's replay")
 def test_resume_cpu1_and_gloo_fsdp2_bitwise(
     cpu1_fp64: Any, cpu1_fp64_resumed: Any, fsdp_fp32: Any, fsdp_fp32_resumed: Any,
     programs: Any, record_property: Any
@@ -360,6 +386,10 @@ def test_resume_cpu1_and_gloo_fsdp2_bitwise(
 CUDA_LOSS_TOL = 0.1
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the pattern summary.json records',
+             corroborated_by="the final weights are an AMAM stack by their keys and the logged "
+                             "losses and LRs are the judge's replay")
 def test_every_configuration_trains_the_pattern(
     request: pytest.FixtureRequest, cpu1_fp64: Any, ddp_fp32_ckpt: Any, fsdp_fp32: Any,
     programs: Any, record_property: Any

@@ -45,6 +45,7 @@ from run_export import check_run_export
 
 from grading import probe, sealed
 from grading.compare import as_float, as_tensor, bitwise_equal, max_abs_diff, within, worst
+from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
 
 VOCAB, SEQ = 64, 32
 
@@ -64,6 +65,11 @@ EXPORT_WEIGHTS_TOL = 1e-6
 MIXING_MIN_EFFECT = 1e-3
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="layer counts, what bad patterns raised, the state dicts' keys and values, "
+                     "and the cache's layout, all observed in the probe's process",
+             uncorroborated="ModelArgs is observable only inside a process that imports it; the "
+                            "command line's --layer-pattern is judged from outside by test_cli")
 def test_layer_pattern_parsing(record_property: Any) -> None:
     """ModelArgs.layer_pattern: None and "A"*n are today's model bit for bit, "M" layers are
     mixer blocks with attention keys gone, bad patterns raise ValueError."""
@@ -106,6 +112,12 @@ def test_layer_pattern_parsing(record_property: Any) -> None:
     record_property("patterns_checked", "AMAM,MMMM,MAAM,AAAA")
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="the full forward's logits and each prefix's, both computed in the probe's "
+                     "process",
+             uncorroborated="not yet moved: the judge could test causality on the candidate's "
+                            "exported program (graph_exec), which changes hybrid-arch's checks "
+                            "and needs its gold validation")
 @pytest.mark.parametrize("pattern", ["MMMM", "AMAM"])
 def test_mixer_is_causal(pattern: str, record_property: Any) -> None:
     """Every position's logits equal a brute-force recomputation from that position's prefix
@@ -134,6 +146,10 @@ def test_mixer_is_causal(pattern: str, record_property: Any) -> None:
         f"position {where} differs from its recomputation from the prefix by {err}")
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="logits of two inputs and the mixer parameters' gradients, computed in the "
+                     "probe's process",
+             uncorroborated='no exported all-mixer program for the judge to run yet')
 def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
     """An all-mixer model carries an earlier token to later positions (not a per-token MLP), and
     every mixer-layer parameter gets a non-zero gradient (by their keys no mixer layer of either
@@ -176,6 +192,11 @@ def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
     assert not dead, f"mixer parameters without a gradient: {dead}"
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="the chunked decoding's and the full forward's logits, both computed in the "
+                     "probe's process",
+             uncorroborated="decoding with a cache is a path of the candidate's module that no "
+                            "exported program holds")
 def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
     """Chunked decoding with init_cache (chunks 1, 2, 3, 5, 32 and an irregular schedule) equals
     the full forward for hybrid patterns (by their keys no mixer layer is an attention block):
@@ -211,6 +232,11 @@ def test_cached_decoding_matches_full_forward(record_property: Any) -> None:
         record_property(f"max_abs_{label}", diff)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the operators the candidate lists and its eager logits',
+             corroborated_by="the judge walks and runs the saved programs itself (operators, "
+                             "logits), and the CLI export's program against the judge's AMM "
+                             "program")
 def test_export_allowlisted_ops(cli_run: Any, programs: Any, record_property: Any) -> None:
     """torch.export of hybrid models succeeds, uses only TASK.md's allow-listed operators,
     matches eager within 1e-5 (the exported program run by the judge from the saved archive),
@@ -346,6 +372,11 @@ def _placed_as(obs: dict[str, Any], label: str, dtype: str = "float64") -> None:
     assert obs.get("dtype") == dtype, f"{label} is {obs.get('dtype')}, not the model's {dtype}"
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="devices and dtypes of outputs, gradients and states, and the meta run's "
+                     "values, all observed in the probe's process",
+             uncorroborated="where a tensor is created is visible only inside the process that "
+                            "creates it")
 def test_mixer_placement_follows_inputs(record_property: Any) -> None:
     """Hybrid and all-mixer fp64 models with CPU parameters and inputs compute the same full
     forward, chunked decoding and LM-loss gradients when every tensor factory called without
@@ -471,6 +502,10 @@ def _check_on_cuda(patterns: tuple[str, ...], x: torch.Tensor, batch: torch.Tens
             f"{errors['cuda_amp_decoded_vs_amp_full']}")
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="the decoding state's dtypes and the logits through it, observed in the "
+                     "probe's process",
+             uncorroborated="the decoding state lives only in the candidate's process")
 def test_decoding_state_keeps_its_dtype(record_property: Any) -> None:
     """``init_cache(batch, dtype=D)`` holds every layer's decoding state in D before and after
     chunked decoding (as the baseline's KV cache does), for an fp32 model with an fp64 state and
@@ -513,6 +548,11 @@ def test_decoding_state_keeps_its_dtype(record_property: Any) -> None:
                 f"{label}: decoding through the {cache_dtype} state differs by {diff} (tol {tol})")
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports='the state-dict keys of the built model',
+             corroborated_by="the logits with zeroed blocks equal the judge's pristine-baseline "
+                             "computation on the candidate's own weights, and the block's output "
+                             "the baseline's feed-forward on its input (1e-10)")
 def test_mixer_block_is_a_residual_block(record_property: Any) -> None:
     """A mixer block is a pre-norm residual block: with all its parameters zero it is the
     identity (the model equals the pristine baseline with an all-zero attention block there),
@@ -618,6 +658,10 @@ def _zero_block_reference(pristine: Any, state: dict[str, Any], pattern: str, ze
         return pristine(weights, x).double()
 
 
+@observed_in(OUTSIDE, CANDIDATE_REPORT,
+             reports="the initial weights of four builds in the probe's process",
+             corroborated_by="the seeded program's archive, saved by another process and read by "
+                             "the judge, holds the same weights")
 def test_seeded_init_is_deterministic(programs: Any, record_property: Any) -> None:
     """``Transformer`` built after ``manual_seed(0)`` has the same, finite initial weights every
     time: in a fresh process, after freed memory was filled with NaN or other values, and in the
@@ -651,6 +695,10 @@ def test_seeded_init_is_deterministic(programs: Any, record_property: Any) -> No
             f"({diffs}): a parameter is left uninitialised or drawn outside the seeded RNG")
 
 
+@observed_in(CANDIDATE_REPORT,
+             reports="the prefix and decoding logits at odd sizes, computed in the probe's "
+                     "process",
+             uncorroborated='no exported program at these sizes for the judge to run')
 def test_mixer_at_other_model_sizes(record_property: Any) -> None:
     """With other ModelArgs sizes (vocab 37, an odd dim 45 in 3 heads, ffn 90, max_seq_len 23)
     and the five-layer pattern MAMMA, the model is still causal (prefix recomputation, fp64

@@ -36,6 +36,7 @@ from oracle_util import (
 
 from grading import probe
 from grading.compare import bitwise_equal, max_abs_diff, within, worst
+from grading.observation import CANDIDATE_REPORT, JUDGE, observed_in
 
 PROBE = "moe_probe"
 PROBE_TIMEOUT_S = 120.0
@@ -141,6 +142,11 @@ def _forward_cases(cases: list[tuple[R.Cfg, int, int]], min_gap: float | None,
     assert not failures, "differs from the independent reference: " + " | ".join(failures)
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="that the outputs are plain tensors with a 0-dim aux, and the parameter "
+                     "names",
+             corroborated_by="logits, aux loss and gradients equal the judge's independent "
+                             "reference on its fixed weights and tokens")
 def test_moe_forward_matches_independent_reference(record_property: Any) -> None:
     """TinyLM with MoE (top-k routing, unrenormalised gates, per-sequence capacity in position
     order, dropped tokens passed through, aux = W * mean of E*sum f*P) matches an independent
@@ -197,6 +203,11 @@ OTHER_CAPACITY_RULES: dict[str, R.CapacityRule] = {
 CAPACITY_DISCRIMINATION = 0.1
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="that the outputs are plain tensors with a 0-dim aux, and the parameter "
+                     "names",
+             corroborated_by="logits, aux loss and gradients equal the judge's independent "
+                             "reference at each fractional capacity")
 def test_capacity_rule_at_fractional_limits(record_property: Any) -> None:
     """The capacity C = ceil(F*T*K/E) per sequence, where F*T*K/E is not a whole number (3.9,
     6.3, 17.6 with K = E, where nothing but the capacity rule can move the output; 21.3, 1.25,
@@ -245,6 +256,11 @@ def _raised_list(value: Any, n: int) -> list[Any]:
     return [v if v is None or isinstance(v, list) else "(not an answer)" for v in value]
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="ModelConfig's defaults, what validate() raised, what train.py's parser made"
+                     " of the flags and whether it refused the invalid ones",
+             corroborated_by="TinyLM built from the parsed all-experts flags computes the judge's"
+                             " reference MoE (logits and aux, 1e-6): a tree without the MoE fails")
 def test_config_fields_and_validation(record_property: Any) -> None:
     """ModelConfig has moe_experts=0, moe_top_k=2, moe_capacity_factor=1.25, moe_aux_weight=0.01 by
     default; validate() raises ValueError for E<0 and, with E>0, for K<1, K>E, F<=0, W<0; train.py
@@ -340,6 +356,11 @@ def _state_changes(before: Any, after: Any) -> list[str]:
         str(k) for k in before if k in after and not bitwise_equal(before[k], after[k])]
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="which module attributes, state-dict entries and RNG state a forward "
+                     "changed, whether two eval forwards agree, and the outputs' types",
+             corroborated_by="both eval forwards of the all-experts model give the judge's "
+                             "reference logits and aux (1e-6): a tree without the MoE fails")
 def test_eval_pure_and_stateless(record_property: Any) -> None:
     """With MoE, an eval() forward changes no parameter, buffer, RNG state or Python attribute and
     gives the same bits twice (grad on or off); a training forward+backward stashes nothing on the
@@ -413,6 +434,12 @@ def _device_of(seen: Any, index: int) -> Any:
         and isinstance(seen[index], dict) else None
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="the dtypes and devices of outputs and gradients, the factories moved to "
+                     "meta, and the autocast run's outputs",
+             corroborated_by="the fp64 model's logits and non-router gradients equal the judge's "
+                             "reference within 1e-10 (an fp32 step anywhere is >= 1e-8 off), and "
+                             "the meta run's all-experts outputs the reference's")
 def test_forward_device_and_dtype_placement(record_property: Any) -> None:
     """Where the MoE model puts its tensors, checked on the CPU. (1) fp64 end to end: with every
     gate exactly 1/E (all-experts setting, zero router), the fp64 model's logits are float64 and

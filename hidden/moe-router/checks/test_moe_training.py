@@ -73,6 +73,7 @@ from oracle_util import (
 
 from grading import probe, sealed
 from grading.compare import as_float, as_tensor, bitwise_equal, within, worst
+from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
 
 PROBE = "moe_probe"
 PROBE_TIMEOUT_S = 120.0
@@ -114,6 +115,11 @@ def _assert_trained(run: Run, record_property: Any, what: str) -> float:
     return value
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='the per-step losses the two runs log',
+             corroborated_by="the final model and optimizer states the judge reads agree within "
+                             "1e-10, and the judge's held-out loss of the cpu-1 weights shows it "
+                             "trained")
 def test_ddp_matches_one_process_fp64(cpu1_fp64: Run, ddp_fp64: Run,
                                       record_property: Any) -> None:
     """With MoE (E 4, top-2, F 1.25, W 0.01) in fp64, gloo-ddp-2 and cpu-1 at the same global batch
@@ -145,6 +151,7 @@ def test_ddp_matches_one_process_fp64(cpu1_fp64: Run, ddp_fp64: Run,
     _assert_trained(cpu1_fp64, record_property, "cpu-1")
 
 
+@observed_in(JUDGE, OUTSIDE)
 def test_fsdp_matches_ddp_bitwise(ddp_fp64: Run, fsdp_fp64: Run, record_property: Any) -> None:
     """With MoE in fp64, gloo-fsdp-2's reconstructed full model and optimizer state after 30 steps
     is bit-for-bit gloo-ddp-2's, and it trained (the judge's held-out loss of its final weights,
@@ -201,6 +208,12 @@ def _judge_resume(runs: ResumeRuns, total: int, record_property: Any) -> None:
     _assert_trained(full, record_property, "the uninterrupted run")
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="the losses, aux losses and learning rates the resumed launch logs, and "
+                     "which steps",
+             corroborated_by="the resumed launch's final model and optimizer state, read by the "
+                             "judge, are the uninterrupted run's bit for bit, and the judge's "
+                             "held-out loss shows that run trained")
 def test_resume_ddp_bitwise(resume_runs: ResumeRuns, record_property: Any) -> None:
     """With MoE and dropout 0.1 under gloo-ddp-2 (fp32), a fresh launch resumed from the step-10
     checkpoint ends at step 20 bit-for-bit like the uninterrupted run (model, optimizer, scheduler
@@ -222,6 +235,12 @@ def test_resume_ddp_bitwise(resume_runs: ResumeRuns, record_property: Any) -> No
     _judge_resume(resume_runs, RESUME_STEPS, record_property)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="the losses, aux losses and learning rates the resumed launch logs, and "
+                     "which steps",
+             corroborated_by="the resumed launch's final model and optimizer state, read by the "
+                             "judge, are the uninterrupted run's bit for bit, and the judge's "
+                             "held-out loss shows that run trained")
 def test_resume_fsdp_bitwise(fsdp_resume_runs: ResumeRuns, record_property: Any) -> None:
     """With MoE in fp64 under gloo-fsdp-2, a fresh launch resumed from the step-10 sharded
     checkpoint ends at step 30 bit-for-bit like the uninterrupted fp64 FSDP run (model and
@@ -270,6 +289,10 @@ def _idle_expert_slots(init: Run | None) -> str:
     return f"idle experts per rank and layer at step 0: {idle} (total {sum(map(sum, idle))})"
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='how many steps the gloo-ddp-2 run logged',
+             corroborated_by="the runs' final states agree within 1e-10 and the cpu-1 update is "
+                             "the judge's replay of the 4 steps")
 def test_starved_expert_stays_synchronised(starvation_runs: tuple[Run, Run, Run | None],
                                            record_property: Any) -> None:
     """With 16 experts, top-1, one sequence per rank (so experts get no token on a rank) and aux
@@ -329,6 +352,10 @@ def _assert_starve_replay(one: Run, init: Run | None, record_property: Any) -> N
         f"{before:.6g} -> {after:.6g})")
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports='how many steps the gloo-fsdp-2 run logged',
+             corroborated_by="the runs' final states agree within 1e-10 and the cpu-1 update is "
+                             "the judge's replay of the 4 steps")
 def test_starved_expert_fsdp_matches_one_process(
         starvation_runs: tuple[Run, Run, Run | None], starve_fsdp: Run,
         record_property: Any) -> None:
@@ -361,6 +388,10 @@ def test_starved_expert_fsdp_matches_one_process(
     _assert_starve_replay(one, init, record_property)
 
 
+@observed_in(JUDGE, CANDIDATE_REPORT,
+             reports="the type and dimension of each rank's aux loss",
+             corroborated_by="each rank's aux loss value equals the judge's computation from "
+                             "global counts (rel 1e-6)")
 def test_balance_statistics_global(balance_probe: Run, record_property: Any) -> None:
     """Under gloo-ddp-2 in training mode (one-layer MoE model, fp64, fixed weights), each rank's
     aux loss is W * E * sum_e f_e * P_e with f_e from the all-reduced (global) assignment counts
@@ -460,6 +491,7 @@ def _check_export_file(run: Run, cfg: R.Cfg, record_property: Any,
     return sd
 
 
+@observed_in(JUDGE, OUTSIDE)
 def test_export_from_fsdp(fsdp_fp64: Run, record_property: Any) -> None:
     """--export from a gloo-fsdp-2 MoE run (parameters sharded as DTensors) holds exactly the
     documented keys (router.weight (E,d), experts.{e}.w1.weight (H,d), experts.{e}.w2.weight (d,H)
@@ -477,6 +509,13 @@ def test_export_from_fsdp(fsdp_fp64: Run, record_property: Any) -> None:
     _check_export_file(fsdp_fp64, R.Cfg(), record_property)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="export_schema's keys and shapes, and load_export's outputs against the same"
+                     " process's TinyLM",
+             corroborated_by="the export file's keys, dtypes and weights (the final model cast to"
+                             " fp32, with the judge's held-out loss of a trained model), and "
+                             "load_export of a fixed all-experts file computing the judge's "
+                             "reference")
 def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
     """--export from a gloo-ddp-2 MoE run holds exactly the documented keys (router.weight (E,d),
     experts.{e}.w1.weight (H,d), experts.{e}.w2.weight (d,H) per layer, no dense ffn.w1/w2), as
@@ -529,6 +568,12 @@ def test_export_schema_and_reload(ddp_fp64: Run, record_property: Any) -> None:
 
 
 
+@observed_in(OUTSIDE, CANDIDATE_REPORT,
+             reports="that load_export's model gives the outputs of TinyLM with the starvation "
+                     "settings holding the exported weights (both computed in the same candidate "
+                     "process)",
+             corroborated_by="the export file holds exactly the starvation settings' schema (16 "
+                             "experts' keys), read by the judge")
 def test_export_keeps_the_moe_settings(starvation_runs: tuple[Run, Run, Run | None],
                                        record_property: Any) -> None:
     """The cpu-1 export of a run with other MoE settings than the defaults (the starvation
@@ -563,6 +608,7 @@ def test_export_keeps_the_moe_settings(starvation_runs: tuple[Run, Run, Run | No
         f"load_export's model differs from TinyLM(E 16, top-1, F 16, W 0) with the exported "
         f"weights (logits {d_logits:g}, aux {d_aux:g}): the export does not keep the MoE settings")
 
+@observed_in(JUDGE, OUTSIDE)
 def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
     """Without --moe-* flags (E = 0), cpu-1 training for 20 steps gives bit-for-bit the pristine
     baseline's final model and optimizer state, metrics, held-out loss and export."""
@@ -600,6 +646,7 @@ def test_dense_path_unchanged(runs_dir: Path, record_property: Any) -> None:
     assert same_metrics and same_heldout and same_export
 
 
+@observed_in(JUDGE, OUTSIDE)
 def test_quality_heldout_loss(quality_run: Run, record_property: Any) -> None:
     """The fixed cpu-1 MoE run (seed 0, global batch 16, 200 steps, E 4, top-2, F 1.25, W 0.01,
     fp32) reaches a held-out loss at most 0.07 above the reference's 2.8219, as the judge measures

@@ -1,0 +1,30 @@
+"""The gold validation's markdown: where a check observed is a column of its own."""
+
+from __future__ import annotations
+
+from harness.oracle.validate import contract_evidence, render_markdown
+from harness.records.tasks import ValidationReport, VariantResult
+
+
+def test_the_reference_evidence_shows_where_each_check_observed_apart_from_what_it_measured(
+) -> None:
+    evidence = contract_evidence({"properties": {
+        "oracle": "the judge's SGD loop",
+        "observed_in": "judge,outside,candidate_report",
+        "candidate_reports": "the class of what train() raised",
+        "corroborated_by": "train.py --warmup-steps -1 exits non-zero",
+        "max_abs_param_diff": "0.0",
+        "run:cli": "a launcher's log, left out",
+    }})
+    reference = VariantResult(variant="reference", verdict="complete", outcomes={"c": "pass"},
+                              expected_failing=[], mismatches=[], grade_folder="g",
+                              evidence={"c": evidence})
+    text = render_markdown(ValidationReport(task="t", ok=True, contracts=["c"],
+                                            variants=[reference], not_run=[]))
+    header = next(line for line in text.splitlines() if line.startswith("| contract | oracle"))
+    assert header == "| contract | oracle | observed in | configurations | tolerance | measured |"
+    row = next(line for line in text.splitlines()
+               if line.startswith("| `c` |") and "oracle" not in line and "SGD" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["`c`", "the judge's SGD loop", "judge,outside,candidate_report", "", "",
+                     "max_abs_param_diff=0.0"]
