@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from types import ModuleType
 
 from harness.paths import REPO_ROOT
 
@@ -49,3 +51,16 @@ def contains_any(chunks: Iterable[bytes], needles: list[bytes]) -> bytes | None:
                 return needle
         tail = window[-overlap:]
     return None
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of this checkout (not a package module) imported by its path, e.g.
+    ``scripts/qualify/teardown_loop.py``, registered under its stem."""
+    path = REPO_ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    # pydantic resolves the models' postponed annotations through sys.modules.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -7,8 +7,6 @@ patch (applied on the host; the patch itself never enters the container).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +18,7 @@ from harness.infra.workspace import apply_patch, snapshot_baseline, workspace_ar
 from harness.paths import REPO_ROOT
 from harness.records.packets import load_packet
 from tests.conftest import TEST_LABEL
+from tests.helpers import load_script
 
 TASKS = sorted(p.parent.name for p in (REPO_ROOT / "task_packets").glob("*/packet.yaml"))
 
@@ -52,14 +51,7 @@ def test_public_tests_pass_in_the_control_image(
 
 
 def _teardown_loop() -> ModuleType:
-    path = REPO_ROOT / "scripts" / "qualify" / "teardown_loop.py"
-    spec = importlib.util.spec_from_file_location("teardown_loop", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # pydantic resolves the models' postponed annotations through sys.modules.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/qualify/teardown_loop.py")
 
 
 DIAGNOSED_TASKS = [t for t in TASKS

@@ -3,24 +3,17 @@ locates it in the reference (the grader runs the contracts that executed those l
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from harness.paths import REPO_ROOT
+from tests.helpers import load_script
 
 
 def _script() -> ModuleType:
-    path = REPO_ROOT / "scripts" / "qualify" / "blind_faults.py"
-    spec = importlib.util.spec_from_file_location("blind_faults", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/qualify/blind_faults.py")
 
 
 PATCH = """diff --git a/tinylm/model.py b/tinylm/model.py
