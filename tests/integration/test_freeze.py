@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -68,7 +69,16 @@ def test_the_default_study_is_the_pilot_and_needs_an_api_key(
 
 
 def test_the_gate_refuses_a_comparison_without_demonstrated_detection(tmp_path: Path) -> None:
-    hybrid = {"id": "hybrid-arch"}
+    # hybrid-arch's committed calibration detected none of its faults, measured on the frozen
+    # reference built before the packets' teardown fix; bound here to the reference rebuilt
+    # since (its own re-run is pending), it is a calibration without a detection, which is
+    # what the gate must refuse. The repository's copy stays as it is: stale, and refused so.
+    hybrid = task_copy(tmp_path, "hybrid-arch", reports=True)
+    calibration = tmp_path / "reports/hybrid-arch/calibration.json"
+    data = json.loads(calibration.read_text())
+    data["reference_manifest_sha256"] = hashlib.sha256(
+        (tmp_path / "reports/hybrid-arch/reference/manifest.json").read_bytes()).hexdigest()
+    calibration.write_text(json.dumps(data))
     study = write_study(tmp_path, name="gate", tasks=[hybrid],
                         arms={"control": {"image": "control"},
                               "treatment": {"image": "treatment", "extra_tools": ["traincheck"]}})
@@ -88,7 +98,8 @@ def test_the_gate_refuses_a_comparison_without_demonstrated_detection(tmp_path: 
     assert rules["hybrid-arch"].rule == "coverage-audit"
     assert "not evidence of benefit" in rules["hybrid-arch"].detail
     assert rules["moe-router"].rule == "detection-demonstrated"
-    assert rules["moe-router"].detected == ["expert-grads-unsynced (gloo-ddp-2)"]
+    assert rules["moe-router"].detected == ["expert-grads-unsynced (gloo-ddp-2, gloo-fsdp-2)",
+                                            "renormalised-gates (gloo-ddp-2)"]
     assert {s.comparison for s in lock.sessions if s.task == "hybrid-arch"} == {"coverage-audit"}
 
 
