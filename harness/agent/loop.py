@@ -132,10 +132,7 @@ def run_agent(parts: AgentParts, prompt: AgentPrompt) -> AgentOutcome:
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         transcript.append(kind, data)
-        if kind == "model_attempt":
-            ledger.add_compute("inference", data["duration_s"])
-        elif kind == "model_retry_wait":
-            ledger.add_compute("retries", data["wait_s"])
+        ledger.add_model_event(kind, data)
 
     try:
         while True:

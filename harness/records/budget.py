@@ -215,6 +215,14 @@ class Ledger:
             if category == "diagnostics":
                 self.usage.diagnostic_runs += 1
 
+    def add_model_event(self, kind: str, data: dict[str, Any]) -> None:
+        """Charge a model call's retry-policy event: an attempt's time is inference, a wait
+        between attempts is retries (the loop's providers and the CLIs' gateway alike)."""
+        if kind == "model_attempt":
+            self.add_compute("inference", data["duration_s"])
+        elif kind == "model_retry_wait":
+            self.add_compute("retries", data["wait_s"])
+
     def add_queue(self, seconds: float) -> None:
         with self._lock:
             self.usage.queue_seconds += seconds

@@ -276,10 +276,7 @@ class Gateway:
 
         def on_event(kind: str, data: dict[str, Any]) -> None:
             self.record(kind, data)
-            if kind == "model_attempt":
-                ledger.add_compute("inference", data["duration_s"])
-            elif kind == "model_retry_wait":
-                ledger.add_compute("retries", data["wait_s"])
+            ledger.add_model_event(kind, data)
 
         started = time.monotonic()
 
