@@ -353,7 +353,8 @@ def grade_snapshots(
     client: docker.DockerClient | None = None,
     log: Callable[[str], None] = print,
 ) -> SnapshotGrades:
-    """Grade every trajectory snapshot of an attempt, each in a fresh grader container.
+    """Grade every trajectory snapshot of an attempt, each distinct diff in a fresh grader
+    container (snapshots of the same diff share its grading: ``same_diff_as``).
 
     Blind: a grader sees an opaque submission id and a diff, never the arm, the session or
     the snapshot's position; the snapshots are graded in a random order, into folders
@@ -372,9 +373,16 @@ def grade_snapshots(
         raise HarnessError(f"{attempt_dir} has no trajectory snapshot",
                            "snapshots are taken by sessions run with this harness version")
     client = client or images.docker_client()
-    order = list(snapshots)
+    # One grading per distinct diff: a snapshot taken when the code had not changed since an
+    # earlier one (a candidate run right after the public tests, a submit of the tested code)
+    # has the same inputs, so a second container would only repeat the first's work.
+    first_by_diff: dict[str, events.Snapshot] = {}
+    for snap in snapshots:
+        assert snap.sha256 is not None
+        first_by_diff.setdefault(snap.sha256, snap)
+    order = list(first_by_diff.values())
     random.SystemRandom().shuffle(order)
-    graded: list[SnapshotGrade] = []
+    graded: dict[str, SnapshotGrade] = {}
     for snap in order:
         assert snap.diff is not None and snap.sha256 is not None
         out_dir = new_numbered_dir(paths.snapshot_grade_dirs, "grade")
@@ -391,9 +399,16 @@ def grade_snapshots(
             entry.contracts = {c.id: c.outcome for c in report.contracts}
         except GraderFailed as exc:
             entry.reason = exc.reason
-        graded.append(entry)
+        graded[snap.sha256] = entry
+    entries = []
+    for snap in snapshots:
+        assert snap.sha256 is not None
+        first = graded[snap.sha256]
+        entries.append(first if first.index == snap.index else first.model_copy(update={
+            "index": snap.index, "trigger": snap.trigger, "call_id": snap.call_id,
+            "same_diff_as": first.index}))
     result = SnapshotGrades(graded_at=utc_timestamp(),
-                            snapshots=sorted(graded, key=lambda g: g.index))
+                            snapshots=sorted(entries, key=lambda g: g.index))
     atomic_write(paths.snapshot_grades,
                  (result.model_dump_json(indent=1) + "\n").encode())
     extend_manifest(attempt_dir)

@@ -63,7 +63,8 @@ ATTEMPT_FILES = [
     ("grades/grade-N/grader-output.log", "The grader container's own output."),
     ("grades/snapshots.json", "`harness grade --snapshots`: each snapshot's verdict and "
      "per-contract outcomes (below), graded blind in `grades/snapshots/grade-N/` folders "
-     "numbered in a random order."),
+     "numbered in a random order; snapshots of the same diff share one grading "
+     "(`same_diff_as` names the first)."),
     (CHAINS_NAME, "`harness audit propose`: the candidate evidence chains (below), "
      "bound to the transcript's sha256; never listed in the manifest."),
     (JUDGEMENTS_NAME, "`harness audit judge`: auditors' judgements, one `judgement` "

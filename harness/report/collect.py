@@ -183,8 +183,9 @@ def _used(row: SessionRow, locked: LockedSession, folder: Path,
     chains = build_chains(paths.transcript, typed, record.arm, snapshot_grades)
     judgements = read_judgements(folder)
     seconds = sum(_grade_seconds(folder / g.folder) for g in read_grades(folder, record))
-    for snap in (snapshot_grades or {}).values():
-        seconds += _grade_seconds(folder / snap.folder)
+    # Snapshots of the same diff share one grading folder: its time counts once.
+    for snapshot_folder in {snap.folder for snap in (snapshot_grades or {}).values()}:
+        seconds += _grade_seconds(folder / snapshot_folder)
     return UsedSession(row=row, locked=locked, folder=folder, record=record, grade=grade,
                        grade_report=grade_report, snapshot_grades=snapshot_grades, typed=typed,
                        chains=chains, judgements=judgements, grading_seconds=seconds)
