@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -14,9 +16,12 @@ from harness.infra import images
 from harness.infra.sandbox import MANAGED_LABEL, OWNER_PID_LABEL, RUNS_LABEL, Sandbox, SandboxLimits
 from harness.paths import REPO_ROOT
 from harness.records.study import RetryPolicy
+from harness.records.tasks import ValidationReport
 from tests.fake_model_server import FakeModelServer
 
 TEST_LABEL = "org.harness.test"
+FIXTURE_PACKET = REPO_ROOT / "tests/fixtures/task_packets/tiny-regression"
+FIXTURE_HIDDEN = REPO_ROOT / "hidden/tiny-regression"
 # tests/grader/ runs inside the grader image (tests/integration/test_grader_image.py), where
 # grading runs.
 collect_ignore = ["grader"]
@@ -92,14 +97,58 @@ def write_script(tmp: Path, steps: list[dict[str, object]], name: str = "agent.y
     return path
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str,
+               build: Callable[[Path], None]) -> Path:
+    """A folder ``build`` fills once per test run, shared by the xdist workers: the first to
+    ask builds it under a lock while the others wait, then all read it. For results several
+    files need and none changes (e.g. one gold validation of the fixture task): built twice,
+    they only repeated the same real work on the same 2 cores."""
+    # The workers' base folders share a parent per run (pytest-xdist's documented pattern);
+    # without workers that parent holds every run of this user, so the run's own folder.
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared-{name}"
+    done = root / "BUILT"
+    root.mkdir(exist_ok=True)
+    with open(root.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            folder = root / "data"
+            if folder.exists():  # a build that failed in another worker: start again
+                shutil.rmtree(folder)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return root / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_validation(tmp_path_factory: pytest.TempPathFactory) -> ValidationReport:
+    """The fixture task's gold validation (reference, baseline and both faults graded for
+    real), run once for the files that read it; its grade folders are under ``runs/``."""
+    from harness.oracle.validate import validate_task
+
+    def validate(folder: Path) -> None:
+        report = validate_task("tiny-regression", FIXTURE_PACKET, FIXTURE_HIDDEN,
+                               folder / "runs", log=lambda _m: None)
+        (folder / "validation.json").write_text(report.model_dump_json())
+
+    folder = built_once(tmp_path_factory, "tiny-validation", validate)
+    return ValidationReport.model_validate_json((folder / "validation.json").read_text())
+
+
 @pytest.fixture(scope="session")
 def demo_attempt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo study's first session, run once for real (container, agent, diff, grade)."""
+    """The demo study's first session, run once for real (container, agent, diff, grade) and
+    shared by the workers: read it, or change a copy of it."""
     from harness.study.session import SessionOptions, run_session
 
-    tmp = tmp_path_factory.mktemp("demo")
-    return run_session(SessionOptions(study_path=write_study(tmp), pair=1, arm="control"),
-                       log=lambda _m: None)
+    def run(folder: Path) -> None:
+        attempt = run_session(SessionOptions(study_path=write_study(folder), pair=1,
+                                             arm="control"), log=lambda _m: None)
+        (folder / "attempt.txt").write_text(str(attempt))
+
+    folder = built_once(tmp_path_factory, "demo", run)
+    return Path((folder / "attempt.txt").read_text())
 
 
 def session_containers(client: docker.DockerClient, session_id: str,

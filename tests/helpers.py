@@ -8,10 +8,22 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from types import ModuleType
+from typing import Any
+
+import yaml
 
 from harness.paths import REPO_ROOT
 
 HARNESS = [sys.executable, "-m", "harness.cli"]
+SOLVE = REPO_ROOT / "tests/fixtures/agents/tiny-regression-solve.yaml"
+
+
+def solve_edits() -> list[dict[str, Any]]:
+    """The fixture task's scripted solve without its reads and its runs (a plain training
+    run, the public tests, a candidate run): its edits and its submit. For tests about what
+    happens around a session (a matrix, a report), where the runs only cost time."""
+    steps = yaml.safe_load(SOLVE.read_text())["steps"]
+    return [s for s in steps if s["tool"] in ("write_file", "edit_file", "submit")]
 
 
 def harness(*args: str, env: dict[str, str] | None = None,

@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKET_DIR = ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN_DIR = ROOT / "hidden" / "tiny-regression"
 REFERENCE_PATCH = HIDDEN_DIR / "reference" / "solution.patch"
-SCRIPTED_SOLVE = ROOT / "tests" / "fixtures" / "agents" / "tiny-regression-solve.yaml"
 
 # Hidden per-test limit for the torch runs: the slowest healthy check (the resume: a probe and
 # two command-line runs, each importing torch) took 25 s on 2 CPUs at a load of 8, where 30 s

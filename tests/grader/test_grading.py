@@ -30,7 +30,6 @@ from support import (
     PACKET_DIR,
     REFERENCE_PATCH,
     ROOT,
-    SCRIPTED_SOLVE,
     apply_reference,
     assert_no_run_survives,
     edit,
@@ -743,26 +742,6 @@ def test_calc_public_hang_is_killed(calc_task: dict[str, Path], tmp_path: Path) 
 # The tiny-regression fixture task (needs torch)
 
 
-def test_reference_solution_is_complete(tmp_path: Path) -> None:
-    proc, report = grade_tiny(tmp_path, REFERENCE_PATCH, "reference")
-    assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
-    assert len(hidden_outcomes(report)) >= 8
-    assert report["diff"]["canary_found"]  # the reference carries it; an agent's diff must not
-    assert report["task_id"] == "tiny-regression" and report["torch_version"]
-    assert "arm" not in report  # the grader is never told the arm
-    assert "complete" in proc.stdout
-
-
-def test_empty_diff_grades_the_baseline(tmp_path: Path) -> None:
-    diff = tmp_path / "empty.patch"
-    diff.write_bytes(b"")
-    _, report = grade_tiny(tmp_path, diff, "empty")
-    assert report["verdict"] == "incomplete"
-    assert report["diff"]["empty"] and report["diff"]["applied"]
-    assert outcomes(report)["public-tests"] == "pass"
-    assert set(hidden_outcomes(report).values()) == {"fail"}
-
-
 def test_corrupt_diff_is_rejected(tmp_path: Path) -> None:
     diff = tmp_path / "corrupt.patch"
     good = REFERENCE_PATCH.read_text()
@@ -854,48 +833,6 @@ def test_crashing_resume_is_crash(tmp_path: Path) -> None:
     assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "crash"
     others = {k: v for k, v in hidden_outcomes(report).items() if "resume" not in k}
     assert set(others.values()) == {"pass"}, others
-
-
-def test_wrong_ramp_fails_the_feature_checks(tmp_path: Path) -> None:
-    def change(repo: Path) -> None:
-        apply_reference(repo)
-        edit(
-            repo / "tinytrain" / "trainer.py",
-            "return min(1.0, (step + 1) / warmup_steps)",
-            "return min(1.0, step / warmup_steps)",
-        )
-
-    diff = make_diff(PACKET_DIR / "repo", tmp_path, change)
-    _, report = grade_tiny(tmp_path, diff, "wrong")
-    got = hidden_outcomes(report)
-    assert outcomes(report)["public-tests"] == "pass"
-    assert got["hidden:test_warmup.py::test_lr_follows_linear_warmup[5-12]"] == "fail"
-    assert got["hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"] == "fail"
-    assert got["hidden:test_warmup.py::test_warmup_zero_is_bitwise_baseline"] == "pass"
-    assert report["verdict"] == "incomplete"
-
-
-def _play_scripted_edits(repo: Path) -> None:
-    """Apply the file-changing steps of the scripted agent fixture, as its tools would."""
-    script = yaml.safe_load(SCRIPTED_SOLVE.read_text())
-    tools = [step["tool"] for step in script["steps"]]
-    assert tools[-1] == "submit" and "run_public_tests" in tools
-    for step in script["steps"]:
-        args = step.get("args", {})
-        if step["tool"] == "write_file":
-            (repo / args["path"]).write_text(args["content"])
-        elif step["tool"] == "edit_file":
-            edit(repo / args["path"], args["old"], args["new"])
-        elif step["tool"] == "read_file":
-            assert (repo / args["path"]).is_file()
-
-
-def test_scripted_agent_fixture_solves_the_task(tmp_path: Path) -> None:
-    assert b"HARNESS-CANARY" not in SCRIPTED_SOLVE.read_bytes()
-    diff = make_diff(PACKET_DIR / "repo", tmp_path, _play_scripted_edits)
-    _, report = grade_tiny(tmp_path, diff, "scripted")
-    assert report["verdict"] == "complete", json.dumps(report["contracts"], indent=1)
-    assert not report["diff"]["canary_found"]
 
 
 def test_a_judge_killed_midway_keeps_the_evidence_of_the_checks_it_finished(

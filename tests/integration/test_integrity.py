@@ -20,6 +20,7 @@ from typing import Any
 import docker
 import pytest
 
+from grading.models import GradeReport
 from harness.paths import REPO_ROOT
 from harness.records.attempt import (
     MANIFEST_NAME,
@@ -42,10 +43,13 @@ CHANGE = {"tool": "bash", "args": {"command": "echo '# changed by the agent' >> 
 SUBMIT = {"tool": "submit", "args": {"summary": "done"}}
 
 
-def session(tmp_path: Path, steps: list[dict[str, Any]], **study: Any) -> Path:
+def session(tmp_path: Path, steps: list[dict[str, Any]], *, grade: bool = False,
+            **study: Any) -> Path:
+    """A scripted session; graded only where the grader's side is what the test is about (a
+    session grades any diff at its end, whatever the outcome: test_session.py shows it)."""
     script = write_script(tmp_path, steps)
     path = write_study(tmp_path, agent={"model": f"scripted:{script}"}, **study)
-    return run_session(SessionOptions(study_path=path, pair=1, arm="control"),
+    return run_session(SessionOptions(study_path=path, pair=1, arm="control", grade=grade),
                        log=lambda _m: None)
 
 
@@ -53,14 +57,14 @@ def events(attempt: Path, kind: str) -> list[Any]:
     return [e for e in read_events(attempt / TRANSCRIPT_NAME) if e.kind == kind]
 
 
-def assert_ended_cleanly(attempt: Path, client: docker.DockerClient,
-                         outcome: str) -> SessionRecord:
+def assert_ended_cleanly(attempt: Path, client: docker.DockerClient, outcome: str,
+                         *, graded: bool = False) -> SessionRecord:
     record = read_record(attempt)
     assert record.outcome == outcome, (record.outcome, record.error)
     verdict = verify_attempt(attempt)
     assert verdict.ok and not verdict.notes, verdict
     assert record.transcript is not None and record.transcript.events == verdict.events
-    if record.diff is not None:
+    if graded and record.diff is not None:
         assert read_grades(attempt, record), "a diff exists but was not graded"
     assert session_containers(client, SESSION, attempt.parent.parent) == []
     return record
@@ -112,8 +116,8 @@ def test_file_names_that_are_not_utf8_reach_the_diff_and_the_grader(
                                              "$'dir\\xfe/bad\\xff.txt' && printf 'y\\n' > "
                                              "$'caf\\xe9.txt'"}},
         CHANGE, SUBMIT,
-    ])
-    record = assert_ended_cleanly(attempt, client, "submitted")
+    ], grade=True)
+    record = assert_ended_cleanly(attempt, client, "submitted", graded=True)
     names = [os.fsdecode(b"caf\xe9.txt"), os.fsdecode(b"dir\xfe/bad\xff.txt"), "train.py"]
     assert record.diff is not None and record.diff.files_changed == names
     (diff_event,) = events(attempt, "diff")
@@ -128,7 +132,7 @@ def test_file_names_that_are_not_utf8_reach_the_diff_and_the_grader(
 def sdk_session(tmp_path: Path, kind: str, **budget: Any) -> Path:
     study = write_study(tmp_path, agent={"model": f"{kind}:fake-model",
                                          "retry": FAST_RETRY.model_dump()}, **budget)
-    return run_session(SessionOptions(study_path=study, pair=1, arm="control"),
+    return run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                        log=lambda _m: None)
 
 
@@ -171,8 +175,8 @@ def test_a_10_mb_argument_goes_to_a_blob(tmp_path: Path, client: docker.DockerCl
         {"tool": "write_file", "args": {"path": "big.txt", "content": content}},
         {"tool": "bash", "args": {"command": "#" + "x" * 200_000}},
         SUBMIT,
-    ])
-    record = assert_ended_cleanly(attempt, client, "submitted")
+    ], grade=True)
+    record = assert_ended_cleanly(attempt, client, "submitted", graded=True)
     assert (attempt / TRANSCRIPT_NAME).stat().st_size < 1_000_000
     (call,) = [e for e in events(attempt, "tool_call") if e.data["name"] == "write_file"]
     assert call.data["args"]["content"].keys() == {"blob", "size", "text"}
@@ -383,7 +387,7 @@ def test_sigterm_stops_the_session_with_one_line_and_no_traceback(
     # Stopping means stopping: the kept diff is graded on request, not on the way out.
     assert not read_grades(attempt, record) and record.diff is not None
     subprocess.run([*HARNESS, "grade", str(attempt)], capture_output=True, timeout=900)
-    assert_ended_cleanly(attempt, client, "interrupted")
+    assert_ended_cleanly(attempt, client, "interrupted", graded=True)
 
 
 def test_a_provider_error_is_the_records_error(
@@ -429,7 +433,7 @@ def test_a_swapped_diff_is_refused_by_every_reader_and_nothing_is_written(
     assert timeline.returncode == 1 and "submission.diff" in timeline.stdout + timeline.stderr
 
 
-def test_a_regrade_adds_a_folder_and_changes_no_manifest_entry(
+def test_a_regrade_adds_a_folder_changes_no_manifest_entry_and_gives_the_same_verdict(
     demo_attempt: Path, tmp_path: Path
 ) -> None:
     copy = tmp_path / "attempt"
@@ -444,3 +448,13 @@ def test_a_regrade_adds_a_folder_and_changes_no_manifest_entry(
     assert added and all(rel.startswith("grades/grade-") for rel in added)
     assert (copy / RECORD_NAME).read_bytes() == record  # the record is never rewritten
     assert verify_cli(copy).returncode == 0
+    # The same diff, graded again in a fresh container: the same verdict, contract by contract.
+    grades = read_grades(copy)
+    first, second = grades[0], grades[-1]
+    assert first.folder != second.folder and second.reason is None
+    earlier, again = (GradeReport.model_validate_json((copy / g.folder / "out" / "grade.json")
+                                                      .read_text()) for g in (first, second))
+    assert again.verdict == earlier.verdict == second.verdict == "complete"
+    assert {c.id: c.outcome for c in again.contracts} == {
+        c.id: c.outcome for c in earlier.contracts}
+    assert again.submission_id != earlier.submission_id  # opaque, fresh per grading

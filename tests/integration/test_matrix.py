@@ -17,16 +17,14 @@ from pathlib import Path
 
 import docker
 import pytest
-import yaml
 
 from harness.infra.sandbox import MANAGED_LABEL
 from harness.paths import REPO_ROOT
 from harness.records.attempt import SessionRecord, read_grades, study_records
 from tests.conftest import write_script, write_study
-from tests.helpers import HARNESS, harness
+from tests.helpers import HARNESS, SOLVE, harness, solve_edits
 
 TINY = "tiny-regression"
-SOLVE = REPO_ROOT / "tests/fixtures/agents/tiny-regression-solve.yaml"
 
 
 def matrix_study(tmp: Path, *, pairs: int, model: str | None = None,
@@ -73,7 +71,7 @@ def test_sigkill_halfway_then_cleanup_and_rerun_completes_without_redoing_anythi
 ) -> None:
     # The control arm works 30 s longer, so that sessions still run when the first grade
     # lands: the kill then catches finished, grading and running sessions at once.
-    solve = yaml.safe_load(SOLVE.read_text())["steps"]
+    solve = solve_edits()
     write_script(tmp_path, solve, name="treatment.yaml")
     write_script(tmp_path, [{"tool": "bash", "args": {"command": "sleep 30"}}, *solve],
                  name="control.yaml")

@@ -14,6 +14,7 @@ import docker
 import pytest
 
 from grading.hashing import file_sha256
+from grading.models import GradeReport
 from harness.agent.tools import ToolRunner
 from harness.errors import HarnessError
 from harness.infra.sandbox import Sandbox
@@ -33,6 +34,10 @@ def test_demo_session_end_to_end(demo_attempt: Path, client: docker.DockerClient
     assert record.diff is not None and record.diff.files_changed
     grades = read_grades(demo_attempt, record)
     assert grades and grades[-1].verdict == "complete"
+    # The scripted solve, written from the task statement, carries no hidden canary.
+    graded = GradeReport.model_validate_json(
+        (demo_attempt / grades[-1].folder / "out" / "grade.json").read_text())
+    assert not graded.diff.canary_found and graded.verdict == "complete"
     report = verify(demo_attempt / TRANSCRIPT_NAME)
     assert report.ok and not report.partial_tail
     written = read_events(demo_attempt / TRANSCRIPT_NAME)
@@ -193,32 +198,15 @@ def test_wall_clock_budget_bounds_the_running_tool_call(tmp_path: Path) -> None:
     ])
     study = write_study(tmp_path, agent={"model": f"scripted:{script}"},
                         budget={"wall_seconds": 6})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control"),
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
                           log=lambda _m: None)
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:wall_seconds"
     results = [e for e in read_events(attempt / TRANSCRIPT_NAME)
                if e.kind == "tool_result"]
     assert results[0].data["timed_out"] and results[0].data["duration_s"] < 20
-    assert record.diff is not None and read_grades(attempt, record)  # graded all the same
-
-
-def test_regrading_the_same_diff_gives_the_same_verdict(demo_attempt: Path) -> None:
-    from grading.models import GradeReport
-    from harness.oracle.grade import grade_attempt
-
-    summary = grade_attempt(demo_attempt, log=lambda _m: None)
-    grades = read_grades(demo_attempt)
-    first, second = grades[0], grades[-1]
-    assert second == summary and summary.reason is None
-    assert first.folder != second.folder  # a new folder: nothing overwritten
-    earlier, again = (
-        GradeReport.model_validate_json((demo_attempt / g.folder / "out" / "grade.json")
-                                        .read_text()) for g in (first, second))
-    assert again.verdict == earlier.verdict == summary.verdict == "complete"
-    assert {c.id: c.outcome for c in again.contracts} == {
-        c.id: c.outcome for c in earlier.contracts}
-    assert again.submission_id != earlier.submission_id  # opaque, fresh per grading
+    # The diff is kept for grading (a budget stop is graded all the same: the tool-call test).
+    assert record.diff is not None
 
 
 def test_a_hostile_agents_calls_are_its_own_failures_and_snapshots_freeze_it(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.oracle.validate import validate_task
 from harness.paths import REPO_ROOT
+from harness.records.tasks import ValidationReport
 from harness.traincheck import capabilities as cap
 from harness.traincheck.calibrate import calibrate, detections_by_contract, render_markdown
 from harness.traincheck.reference import build_reference, load_frozen
@@ -23,7 +23,9 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
 
 
-def test_calibration_track_on_the_fixture_task(tmp_path: Path) -> None:
+def test_calibration_track_on_the_fixture_task(
+    tiny_validation: ValidationReport, tmp_path: Path
+) -> None:
     files = task_files("tiny-regression", packet_dir=FIXTURE, hidden_dir=HIDDEN,
                        reports_root=tmp_path / "traincheck",
                        validation_dir=tmp_path / "validation")
@@ -32,7 +34,7 @@ def test_calibration_track_on_the_fixture_task(tmp_path: Path) -> None:
     # Calibration needs the grader's verdicts first, and says so.
     with pytest.raises(HarnessError, match="no gold validation summary"):
         calibrate(files, ["cpu-1"], command="test", log=quiet)
-    validation = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path / "runs", log=quiet)
+    validation = tiny_validation  # the real grader's, shared with test_validate.py
     files.validation_summary.parent.mkdir(parents=True)
     files.validation_summary.write_text(validation.model_dump_json())
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grading.models import GradeReport
 from harness.oracle.validate import compare, fault_folders, render_markdown, validate_task
 from harness.paths import REPO_ROOT
+from harness.records.tasks import ValidationReport
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
 HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
 
 
-def test_fixture_task_validates_in_both_directions(tmp_path: Path) -> None:
-    report = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=lambda _m: None)
+def test_fixture_task_validates_in_both_directions(
+    tiny_validation: ValidationReport, tmp_path: Path
+) -> None:
+    report = tiny_validation  # graded for real once, shared with the calibration track's test
     variants = {v.variant: v for v in report.variants}
     assert set(variants) == {"reference", "baseline", "fault:off-by-one-ramp",
                              "fault:scheduler-not-resumed"}
@@ -23,6 +27,20 @@ def test_fixture_task_validates_in_both_directions(tmp_path: Path) -> None:
     resumed = "hidden:test_warmup.py::test_resume_mid_warmup_equals_uninterrupted"
     assert variants["fault:scheduler-not-resumed"].outcomes[resumed] == "fail"
     assert "PASS" in render_markdown(report)
+    # What the grader wrote for the reference (its canary travels with it: an agent's diff
+    # must not carry it) and for the baseline (graded as an empty diff that applies).
+    reference = GradeReport.model_validate_json(
+        (Path(variants["reference"].grade_folder) / "out" / "grade.json").read_text())
+    assert reference.diff.canary_found and reference.task_id == "tiny-regression"
+    assert reference.torch_version and len(reference.contracts) >= 9
+    assert "arm" not in reference.model_dump()  # the grader is never told the arm
+    grader_log = Path(variants["reference"].grade_folder) / "grader-output.log"
+    assert "complete" in grader_log.read_text()
+    baseline = GradeReport.model_validate_json(
+        (Path(variants["baseline"].grade_folder) / "out" / "grade.json").read_text())
+    assert baseline.diff.empty and baseline.diff.applied and baseline.verdict == "incomplete"
+    # report.ok: each fault (the off-by-one ramp among them) fails exactly the contracts its
+    # fault.yaml documents, and no other.
 
     # --variant grades exactly the named variants; the rest come from the earlier summary.
     # A variant the hidden folder no longer defines (a fault since removed) is not kept.
