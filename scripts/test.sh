@@ -12,9 +12,10 @@ SLURM_CONF=$(scripts/slurm/cluster.sh conf)
 .venv/bin/ruff check .
 .venv/bin/lint-imports
 .venv/bin/mypy
-# The unit layer first, with no engine reachable: it must never need one.
+# The unit layer first, with no engine reachable: it must never need one. Two workers: its
+# tests are many short CPU-bound ones, so the 2 cores halve it.
 DOCKER_HOST=unix:///nonexistent/docker.sock .venv/bin/python -m pytest -q -p no:cacheprovider \
-  tests/unit
+  -n 2 tests/unit
 # Two workers, a file each at a time: most of this layer waits on containers and
 # single-threaded training, so two share the 2 cores. Files are handed out in collection order
 # (--no-loadscope-reorder; by default xdist starts the files with the most tests first, which

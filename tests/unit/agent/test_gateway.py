@@ -78,7 +78,9 @@ class Rig:
         self.gateway = Gateway(GatewaySettings(
             upstream=Upstream(provider=provider, base_url=base, key=SecretStr(KEY)),
             retry=FAST, default_output_tokens=2000, provider_label=f"{provider}:x"),
-            self.ledger, self.transcript, tools, socket_parent=tmp).start()
+            # Its socket in the system's temp folder, as a session's: a unix socket's path has
+            # a 107-byte limit that a pytest worker's tmp_path can pass.
+            self.ledger, self.transcript, tools).start()
 
     def kinds(self) -> list[str]:
         return [e.kind for e in read_events(self.transcript_path)]
