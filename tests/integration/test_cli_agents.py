@@ -363,3 +363,32 @@ def test_the_wall_budget_stops_the_cli_and_what_it_started(cli: str, tmp_path: P
     assert events_of(attempt, "cli_end")[0]["stopped_by_harness"] == \
         "budget_exhausted:wall_seconds"
     assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_candidate_run_cap_holds_for_the_clis_wrapper_command(
+    cli: str, tmp_path: Path, client: docker.DockerClient
+) -> None:
+    """A candidate run is the wrapper command the prompt names (``harness-run-candidate``,
+    run by the CLI's own shell tool): it counts against ``candidate_runs`` as the loop's tool
+    does, and the run past the cap ends the session with the budget outcome."""
+    script = write_script(tmp_path, [
+        {"tool": "run_candidate", "args": {"configuration": "cpu-1"}},
+        {"tool": "run_candidate", "args": {"configuration": "cpu-1"}},
+        {"tool": "submit", "args": {"summary": "never reached"}},
+    ])
+    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
+                        budget={"candidate_runs": 1})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    record = read_record(attempt)
+    assert record.outcome == "budget_exhausted:candidate_runs", (record.outcome, record.error)
+    assert record.usage is not None and record.usage.candidate_runs == 1
+    assert record.usage.compute_seconds["candidate_runs"] > 0
+    ran = [e for e in events_of(attempt, "tool_result") if e.get("name") == "run_candidate"]
+    assert ran and ran[0]["exit_code"] == 0, ran
+    assert [e["kind"] for e in events_of(attempt, "budget_exhausted")][:1] == ["candidate_runs"]
+    assert events_of(attempt, "cli_end")[0]["stopped_by_harness"] == \
+        "budget_exhausted:candidate_runs"
+    assert verify(attempt / TRANSCRIPT_NAME).ok
+    assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
