@@ -144,6 +144,7 @@ def cleanup(
         "default: every study's)", show_default=False)] = None,
 ) -> None:
     """Remove containers and volumes left by dead harness processes; mark their sessions."""
+    from harness.agent.gateway.server import remove_orphan_socket_dirs
     from harness.infra.images import docker_client
     from harness.infra.sandbox import cleanup_orphans
     from harness.records.study import load_study
@@ -155,8 +156,10 @@ def cleanup(
     report = cleanup_orphans(docker_client(), include_live=all_, labels=labels)
     marked = mark_interrupted(runs, study_root=loaded.runs_root() if loaded else None,
                               alive=record_alive)
+    sockets = remove_orphan_socket_dirs()  # a CLI session's gateway folder, left by a kill
     console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
-                  f"volume(s); marked {len(marked)} session(s) interrupted")
+                  f"volume(s), {len(sockets)} gateway folder(s); marked {len(marked)} "
+                  "session(s) interrupted")
     for name in report.containers:
         console.print(f"  container {name}")
     for path in marked:

@@ -25,6 +25,11 @@ with the budget outcome; a CLI killed mid-run is ``agent_exited``, an agent outc
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -392,3 +397,102 @@ def test_the_candidate_run_cap_holds_for_the_clis_wrapper_command(
         "budget_exhausted:candidate_runs"
     assert verify(attempt / TRANSCRIPT_NAME).ok
     assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
+
+
+# The loop's tamper attempts (tests/integration/test_integrity.py, test_session.py), made by the
+# CLI's own shell tool, as one program (a CLI may refuse some shell chains as written).
+TAMPER = r"""python3 - <<'HARNESS_TAMPER'
+import ctypes, json, os, signal, subprocess
+out = {}
+for name in ("SIGTERM", "SIGKILL"):
+    try:
+        os.kill(1, getattr(signal, name))
+        out[name] = "sent"
+    except PermissionError:
+        out[name] = "EPERM"
+libc = ctypes.CDLL(None, use_errno=True)
+out["ptrace"] = [libc.ptrace(16, 1, 0, 0), ctypes.get_errno()]
+os.symlink("/etc/passwd", "leak")
+with open("train.py", "a") as f:
+    f.write("# changed by the agent\n")
+git = lambda *a: subprocess.run(["git", *a], check=True, capture_output=True)
+git("add", "-A"); git("commit", "-qm", "evil")
+subprocess.run(["rm", "-rf", ".git"], check=True)
+git("init", "-q"); git("add", "-A"); git("commit", "-qm", "a clean-looking history")
+json.dump(out, open("tamper.json", "w"))
+# Left running past the agent's end: a writer in a session of its own.
+subprocess.Popen(["bash", "-c", "while :; do date +%s%N >> ticks.log; done"],
+                 start_new_session=True, stdin=subprocess.DEVNULL,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+HARNESS_TAMPER"""
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_the_loops_tamper_attempts_fail_the_same_way_from_a_cli(
+    cli: str, tmp_path: Path, client: docker.DockerClient
+) -> None:
+    """PID 1 cannot be signalled or traced, a link to a host file is a link in the diff and
+    never its target, a rewritten history changes nothing graded, and a process left running
+    is frozen and killed before the copy-out: as for the loop agent."""
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": TAMPER, "timeout_s": 120}},
+        {"tool": "submit", "args": {"summary": "done"}},
+    ])
+    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"})
+    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
+                          log=lambda _m: None)
+    record = read_record(attempt)
+    assert record.status == "finished" and record.outcome == "submitted", record.error
+    tampered = json.loads((attempt / "final" / "tamper.json").read_text())
+    assert tampered == {"SIGTERM": "EPERM", "SIGKILL": "EPERM", "ptrace": [-1, 1]}, tampered
+    patch = (attempt / "submission.diff").read_text(errors="replace")
+    assert "new file mode 120000" in patch and "+/etc/passwd" in patch
+    assert "root:x:0:0" not in patch  # the link was not followed
+    assert "+# changed by the agent" in patch
+    assert (attempt / "final" / "leak").is_symlink()
+    assert not (attempt / "final" / ".git").exists()
+    stop = record.processes_stopped
+    assert stop is not None and stop.frozen and stop.survivors == []
+    assert any("ticks.log" in p.command for p in stop.processes), stop.processes
+    assert verify(attempt / TRANSCRIPT_NAME).ok
+    assert session_containers(client, SESSION, tmp_path / "runs" / "fixture") == []
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_harness_killed_mid_cli_session_is_cleaned_up(
+    cli: str, tmp_path: Path, client: docker.DockerClient
+) -> None:
+    """SIGKILL of the harness while the CLI works leaves its container and its gateway's
+    socket folder; `harness cleanup` removes both and marks the session interrupted."""
+    script = write_script(tmp_path, [
+        {"tool": "bash", "args": {"command": "python3 -c 'import time; time.sleep(120)'",
+                                  "timeout_s": 300}},
+        {"tool": "submit", "args": {"summary": "never reached"}},
+    ])
+    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"})
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "session", "--study",
+                             str(study), "--pair", "1", "--arm", "control", "--no-grade"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs_root = tmp_path / "runs" / "fixture"
+    transcript = runs_root / SESSION / "attempt-1" / TRANSCRIPT_NAME
+    deadline = time.monotonic() + 180
+    while not (transcript.exists() and b'"kind":"tool_call"' in transcript.read_bytes()):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("the CLI never reached its first tool call")
+        time.sleep(0.2)
+    (box,) = session_containers(client, SESSION, runs_root)
+    box.reload()  # type: ignore[attr-defined]
+    socket_dir = Path(next(m["Source"] for m in box.attrs["Mounts"]  # type: ignore[attr-defined]
+                           if m["Type"] == "bind"))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert socket_dir.is_dir() and session_containers(client, SESSION, runs_root)  # left behind
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "cleanup", "--runs",
+                             str(tmp_path / "runs")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not socket_dir.exists()
+    assert session_containers(client, SESSION, runs_root) == []
+    record = read_record(transcript.parent)
+    assert record.status == "interrupted" and record.outcome == "interrupted"
+    assert verify(transcript).ok

@@ -55,12 +55,45 @@ from harness.agent.providers.base import (
     ProviderError,
     call_with_retries,
 )
+from harness.infra.sandbox import host_id, process_alive
 from harness.records.budget import BudgetExhausted, Ledger
 from harness.records.study import RetryPolicy
 from harness.records.transcript import TranscriptWriter
 from harness.text import json_dumps
 
 SOCKET_NAME = "gateway.sock"
+SOCKET_DIR_PREFIX = "harness-gateway-"
+
+
+def _boot_digest() -> str:
+    return hashlib.sha256(host_id().encode()).hexdigest()[:12]
+
+
+def socket_dir_prefix() -> str:
+    """The owner's pid and a digest of this boot's id, in the socket folder's name: `harness
+    cleanup` removes the folders of a harness that died without closing its gateway, and never
+    judges a pid of another boot. A name, not a file: the folder is mounted into the agent's
+    container."""
+    return f"{SOCKET_DIR_PREFIX}{os.getpid()}-{_boot_digest()}-"
+
+
+def remove_orphan_socket_dirs(parent: Path | None = None) -> list[Path]:
+    """Remove the socket folders (under ``parent``, default the system's temp folder) whose
+    harness process no longer runs on this boot; returns them."""
+    removed: list[Path] = []
+    boot = _boot_digest()
+    for folder in sorted(Path(parent or tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*")):
+        pid, _, rest = folder.name[len(SOCKET_DIR_PREFIX):].partition("-")
+        if not pid.isdigit() or folder.is_symlink() or not folder.is_dir():
+            continue
+        if not rest.startswith(f"{boot}-"):
+            continue  # another boot's (or an older harness's): not judged from here
+        if not process_alive(int(pid), host_id()):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 # Where the socket's folder appears inside the container.
 CONTAINER_SOCKET_DIR = "/run/harness-gateway"
 # The largest request the gateway reads (a CLI's whole conversation is resent each call;
@@ -151,7 +184,8 @@ class Gateway:
         return self.socket_dir / SOCKET_NAME
 
     def start(self) -> Gateway:
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="harness-gateway-", dir=self.socket_parent))
+        self.socket_dir = Path(tempfile.mkdtemp(prefix=socket_dir_prefix(),
+                                                dir=self.socket_parent))
         self.socket_dir.chmod(0o755)
         server = _Server(str(self.socket_path), _Handler, bind_and_activate=True)
         server.gateway = self

@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,13 @@ from pydantic import SecretStr
 
 from harness.agent.gateway.apis import parse_answer
 from harness.agent.gateway.scripted import ScriptedUpstream
-from harness.agent.gateway.server import Gateway, GatewaySettings
+from harness.agent.gateway.server import (
+    SOCKET_DIR_PREFIX,
+    Gateway,
+    GatewaySettings,
+    remove_orphan_socket_dirs,
+    socket_dir_prefix,
+)
 from harness.agent.gateway.upstream import Upstream
 from harness.agent.providers.scripted import Script
 from harness.records import events
@@ -314,3 +322,19 @@ def test_an_oversized_or_chunked_request_is_refused_unread(rig: Rig) -> None:
     conn.endheaders()
     assert conn.getresponse().status == 411
     assert rig.scripted.requests == 0
+
+
+def test_cleanup_removes_only_the_socket_folders_of_dead_harness_processes(
+    tmp_path: Path,
+) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    boot = socket_dir_prefix().split("-")[-2]
+    live = tmp_path / f"{socket_dir_prefix()}abc"  # this process's: alive
+    orphan = tmp_path / f"{SOCKET_DIR_PREFIX}{dead}-{boot}-def"
+    other_boot = tmp_path / f"{SOCKET_DIR_PREFIX}{dead}-000000000000-ghi"
+    for folder in (live, orphan, other_boot):
+        folder.mkdir()
+        (folder / "gateway.sock").write_text("")
+    assert remove_orphan_socket_dirs(tmp_path) == [orphan]
+    assert live.is_dir() and other_boot.is_dir() and not orphan.exists()
