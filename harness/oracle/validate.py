@@ -27,6 +27,7 @@ from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.workspace import apply_patch, compute_diff, snapshot_baseline
 from harness.oracle.grade import GraderInputs, grade_diff
+from harness.oracle.requirements import trace_problems
 from harness.records.attempt import new_numbered_dir
 from harness.records.tasks import (
     FAILING,
@@ -96,6 +97,10 @@ def validate_task(
     assert isinstance(spec, ValidationSpec)
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
     faults = fault_folders(hidden_dir)
+    # Read before any grading: a trace with problems fails the task whatever the grades say.
+    problems = trace_problems(packet_dir / "TASK.md", hidden_dir)
+    for problem in problems:
+        log(f"requirements trace: {problem}")
     client = client or images.docker_client()
     out_dir = new_numbered_dir(out_root / task, "validation")
     variants: list[VariantResult] = []
@@ -157,8 +162,10 @@ def validate_task(
         variants = [merged[name] for name in dict.fromkeys(order) if name in merged]
     contracts = sorted({c for v in variants for c in v.outcomes})
     not_run = sorted({c for v in variants for c, o in v.outcomes.items() if o == "not_run"})
-    result = ValidationReport(task=task, ok=not any(v.mismatches for v in variants),
-                              contracts=contracts, variants=variants, not_run=not_run)
+    result = ValidationReport(
+        task=task, ok=not any(v.mismatches for v in variants) and not problems,
+        contracts=contracts, variants=variants, not_run=not_run,
+        requirement_problems=problems)
     (out_dir / "validation.json").write_text(result.model_dump_json(indent=1))
     (out_dir / "validation.md").write_text(render_markdown(result))
     return result
@@ -193,6 +200,9 @@ def render_markdown(report: ValidationReport) -> str:
     mismatches = [m for v in report.variants for m in v.mismatches]
     if mismatches:
         lines += ["", "Mismatches:", *[f"- {m}" for m in mismatches]]
+    if report.requirement_problems:
+        lines += ["", "The requirements trace (`requirements.yaml`) lacks:",
+                  *[f"- {m}" for m in report.requirement_problems]]
     if report.not_run:
         lines += ["", "Not run here: " + ", ".join(f"`{c}`" for c in report.not_run)]
     reference = next((v for v in report.variants if v.variant == "reference"), None)

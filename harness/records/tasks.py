@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +32,27 @@ class ValidationSpec(BaseModel):
     baseline_fails: list[str] = Field(min_length=1)
 
 
+class Requirement(BaseModel):
+    """One requirement of TASK.md, quoted, and the checks that judge it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: Literal["must", "option", "default", "part", "behaviour"]
+    text: str = Field(min_length=1)  # verbatim from TASK.md, whitespace aside
+    checks: list[str]  # "hidden:<file>::<test function>" (fnmatch patterns) or "public-tests"
+    note: str | None = None
+    gap: str | None = None  # why no check judges it (``checks`` empty)
+
+
+class RequirementsTrace(BaseModel):
+    """``hidden/<task>/requirements.yaml``: every requirement of TASK.md to its checks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requirements: list[Requirement] = Field(min_length=1)
+
+
 class VariantResult(BaseModel):
     variant: str
     verdict: Verdict
@@ -50,6 +72,8 @@ class ValidationReport(BaseModel):
     contracts: list[str]
     variants: list[VariantResult]
     not_run: list[str]
+    # What the requirements trace lacks (harness/oracle/requirements.py); any fails the task.
+    requirement_problems: list[str] = Field(default_factory=list)
 
 
 def load_yaml(path: Path, model: type[M]) -> M:
