@@ -153,6 +153,14 @@ def events_of(attempt: Path, kind: str) -> list[dict[str, Any]]:
     return [e.data for e in read_events(attempt / TRANSCRIPT_NAME) if e.kind == kind]
 
 
+def cli_session(tmp_path: Path, cli: str, steps: list[dict[str, Any]], **study: Any) -> Path:
+    """A session of ``cli`` driven by the scripted provider through ``steps``, not graded."""
+    script = write_script(tmp_path, steps)
+    path = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"}, **study)
+    return run_session(SessionOptions(study_path=path, pair=1, arm="control", grade=False),
+                       log=lambda _m: None)
+
+
 def between(text: str, start: str, end: str) -> list[str]:
     return [line for line in text.split(start, 1)[1].split(end, 1)[0].splitlines() if line]
 
@@ -263,16 +271,12 @@ def test_a_cli_session_through_the_gateway(cli: str, tmp_path: Path,
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_spent_token_budget_stops_the_cli(cli: str, tmp_path: Path,
                                             client: docker.DockerClient) -> None:
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         {"tool": "bash", "args": {"command": "echo one > first.txt"},
          "usage": {"input_tokens": 1000, "output_tokens": 3000}},
         {"tool": "bash", "args": {"command": "echo two > second.txt"}},
         {"tool": "submit", "args": {"summary": "never reached"}},
-    ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
-                        budget={"tokens_output": 3000})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
+    ], budget={"tokens_output": 3000})
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:tokens_output", (record.outcome, record.error)
     assert record.usage is not None and record.usage.tokens_output == 3000
@@ -290,15 +294,11 @@ def test_a_spent_token_budget_stops_the_cli(cli: str, tmp_path: Path,
 @pytest.mark.parametrize("cli", CLIS)
 def test_the_tool_call_budget_withholds_the_call_past_the_cap(cli: str, tmp_path: Path,
                                                               client: docker.DockerClient) -> None:
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         {"tool": "bash", "args": {"command": "echo one > first.txt"}},
         {"tool": "bash", "args": {"command": "echo two > second.txt"}},
         {"tool": "submit", "args": {"summary": "never reached"}},
-    ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
-                        budget={"tool_calls": 1})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
+    ], budget={"tool_calls": 1})
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:tool_calls", (record.outcome, record.error)
     assert record.usage is not None and record.usage.tool_calls == 1
@@ -328,13 +328,10 @@ HARNESS_KILL"""
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_cli_that_dies_is_an_agent_outcome(cli: str, tmp_path: Path,
                                              client: docker.DockerClient) -> None:
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         {"tool": "bash", "args": {"command": KILL_THE_CLI}},
         {"tool": "submit", "args": {"summary": "never reached"}},
     ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
     record = read_record(attempt)
     assert record.status == "finished" and record.outcome == "agent_exited", record.outcome
     # An agent outcome, not a harness error: why the CLI ended is in agent_end.
@@ -351,16 +348,12 @@ def test_a_cli_that_dies_is_an_agent_outcome(cli: str, tmp_path: Path,
 @pytest.mark.parametrize("cli", CLIS)
 def test_the_wall_budget_stops_the_cli_and_what_it_started(cli: str, tmp_path: Path,
                                                            client: docker.DockerClient) -> None:
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         # (Claude Code refuses a plain `sleep N; ...` chain.)
         {"tool": "bash", "args": {"command": "python3 -c 'import time; time.sleep(600)'; "
                                              "echo late > late.txt", "timeout_s": 600}},
         {"tool": "submit", "args": {"summary": "never reached"}},
-    ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
-                        budget={"wall_seconds": 25})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
+    ], budget={"wall_seconds": 25})
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:wall_seconds", (record.outcome, record.error)
     assert record.usage is not None and record.usage.wall_seconds < 90
@@ -377,15 +370,11 @@ def test_the_candidate_run_cap_holds_for_the_clis_wrapper_command(
     """A candidate run is the wrapper command the prompt names (``harness-run-candidate``,
     run by the CLI's own shell tool): it counts against ``candidate_runs`` as the loop's tool
     does, and the run past the cap ends the session with the budget outcome."""
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         {"tool": "run_candidate", "args": {"configuration": "cpu-1"}},
         {"tool": "run_candidate", "args": {"configuration": "cpu-1"}},
         {"tool": "submit", "args": {"summary": "never reached"}},
-    ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"},
-                        budget={"candidate_runs": 1})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
+    ], budget={"candidate_runs": 1})
     record = read_record(attempt)
     assert record.outcome == "budget_exhausted:candidate_runs", (record.outcome, record.error)
     assert record.usage is not None and record.usage.candidate_runs == 1
@@ -434,13 +423,10 @@ def test_the_loops_tamper_attempts_fail_the_same_way_from_a_cli(
     """PID 1 cannot be signalled or traced, a link to a host file is a link in the diff and
     never its target, a rewritten history changes nothing graded, and a process left running
     is frozen and killed before the copy-out: as for the loop agent."""
-    script = write_script(tmp_path, [
+    attempt = cli_session(tmp_path, cli, [
         {"tool": "bash", "args": {"command": TAMPER, "timeout_s": 120}},
         {"tool": "submit", "args": {"summary": "done"}},
     ])
-    study = write_study(tmp_path, agent={"kind": cli, "model": f"scripted:{script}"})
-    attempt = run_session(SessionOptions(study_path=study, pair=1, arm="control", grade=False),
-                          log=lambda _m: None)
     record = read_record(attempt)
     assert record.status == "finished" and record.outcome == "submitted", record.error
     tampered = json.loads((attempt / "final" / "tamper.json").read_text())
