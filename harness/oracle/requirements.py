@@ -57,7 +57,8 @@ def trace_problems(task_md: Path, hidden_dir: Path) -> list[str]:
                 "the checks that judge it"]
     trace = load_yaml(path, RequirementsTrace)
     assert isinstance(trace, RequirementsTrace)
-    spec = _collapsed(task_md.read_text())
+    markdown = task_md.read_text()
+    spec = _collapsed(markdown)
     checks = defined_checks(hidden_dir / "checks")
     problems: list[str] = []
     quoted = [_collapsed(r.text) for r in trace.requirements]
@@ -70,7 +71,7 @@ def trace_problems(task_md: Path, hidden_dir: Path) -> list[str]:
         for pattern in req.checks:
             if pattern not in OTHER_JUDGES and not fnmatch.filter(checks, pattern):
                 problems.append(f"requirement {req.id}: no hidden check matches {pattern!r}")
-    for sentence in _sentences(task_md.read_text()):
+    for sentence in _sentences(markdown):
         if re.search(r"\bmust\b", sentence, re.IGNORECASE) and not any(
                 text in sentence or sentence in text for text in quoted):
             problems.append(f"TASK.md: no requirement quotes {sentence[:100]!r}")

@@ -40,7 +40,9 @@ class Requirement(BaseModel):
     id: str
     kind: Literal["must", "option", "default", "part", "behaviour"]
     text: str = Field(min_length=1)  # verbatim from TASK.md, whitespace aside
-    checks: list[str]  # "hidden:<file>::<test function>" (fnmatch patterns) or "public-tests"
+    # "hidden:<file>::<test function>" (fnmatch patterns), "public-tests" or
+    # "grader:editable-paths" (harness.oracle.requirements.OTHER_JUDGES)
+    checks: list[str]
     note: str | None = None
     gap: str | None = None  # why no check judges it (``checks`` empty)
 

@@ -12,15 +12,14 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.paths import REPO_ROOT
 from harness.records.tasks import ValidationReport
 from harness.traincheck import capabilities as cap
 from harness.traincheck.calibrate import calibrate, detections_by_contract, render_markdown
 from harness.traincheck.reference import build_reference, load_frozen
 from harness.traincheck.variants import task_files
+from tests.conftest import FIXTURE_HIDDEN, FIXTURE_PACKET
 
-FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
-HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
+FIXTURE, HIDDEN = FIXTURE_PACKET, FIXTURE_HIDDEN
 
 
 def test_calibration_track_on_the_fixture_task(

@@ -6,11 +6,10 @@ from pathlib import Path
 
 from grading.models import GradeReport
 from harness.oracle.validate import compare, fault_folders, render_markdown, validate_task
-from harness.paths import REPO_ROOT
 from harness.records.tasks import ValidationReport
+from tests.conftest import FIXTURE_HIDDEN, FIXTURE_PACKET
 
-FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
-HIDDEN = REPO_ROOT / "hidden" / "tiny-regression"
+FIXTURE, HIDDEN = FIXTURE_PACKET, FIXTURE_HIDDEN
 
 
 def test_fixture_task_validates_in_both_directions(
