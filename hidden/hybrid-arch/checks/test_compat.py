@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import judge_replay
+import source_facts
 import torch
 from oracle_lib import (
     EQ_STEPS,
@@ -25,6 +26,7 @@ from oracle_lib import (
     baseline_dir,
     read_checkpoint,
     tree_max_diff,
+    workdir,
     worst_key,
 )
 
@@ -126,3 +128,24 @@ def test_baseline_checkpoint_loads_into_all_attention(
         f"by {model_err}")
     assert within(optim_err, PERTURBED_RESUME_TOL), (
         f"resumed from the perturbed checkpoint, the optimizer state differs by {optim_err}")
+
+
+@observed_in(JUDGE)
+def test_no_new_dependencies(record_property: Any) -> None:
+    """TASK.md: "No new dependencies". Every module the graded tree's code imports (statements,
+    and import_module/__import__ of a literal name; tests/ is discarded before grading) is the
+    standard library, the tree's own, or one the pristine baseline imports; every file parses.
+    pyproject.toml is the baseline's in the graded tree (the grader discards the candidate's),
+    so a new package can only show as an import."""
+    record_property("oracle", "specification")
+    record_property("configurations", "cpu-1")
+    record_property("tolerance", "exact (module names)")
+    record_property("why", "TASK.md forbids new dependencies; a module the grader's image "
+                    "happens to hold would otherwise run here and fail on the user's install")
+    base = baseline_dir()
+    assert base is not None, "the judge has no pristine baseline (GRADING_BASELINE)"
+    new, problems = source_facts.new_dependencies(workdir(), base)
+    record_property("new_imports", str({m: sorted(f) for m, f in sorted(new.items())}))
+    assert not problems, f"files the judge could not parse for their imports: {problems[:4]}"
+    assert not new, "modules neither the standard library, the tree's own nor the baseline's: " + \
+        "; ".join(f"{m} (imported by {', '.join(sorted(f)[:3])})" for m, f in sorted(new.items()))

@@ -214,6 +214,15 @@ STARVE_FLAGS = ["--moe-experts", "16", "--moe-top-k", "1", "--moe-capacity-facto
                 "--moe-aux-weight", "0", "--ffn-hidden", "32", "--global-batch", "2",
                 "--dtype", "fp64", "--seed", "0"]
 STARVE_CFG = R.Cfg(experts=16, top_k=1, capacity_factor=16.0, aux_weight=0.0, ffn_hidden=32)
+# The objective replay: TASK.md's default MoE settings with a large aux weight, so the balance
+# term moves the update far beyond the replay's tolerance (measured in test_moe_training.py).
+OBJECTIVE_STEPS = 3
+OBJECTIVE_AUX_WEIGHT = 1.0
+OBJECTIVE_FLAGS = ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-factor", "1.25",
+                   "--moe-aux-weight", str(OBJECTIVE_AUX_WEIGHT), "--global-batch", "16",
+                   "--dtype", "fp64", "--seed", "0"]
+OBJECTIVE_CFG = R.Cfg(experts=4, top_k=2, capacity_factor=1.25, aux_weight=OBJECTIVE_AUX_WEIGHT)
+OBJECTIVE_CONFIGS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
 
 
 @pytest.fixture(scope="session")
@@ -326,6 +335,19 @@ def starve_fsdp(runs_dir: Path) -> Run:
     as one group: an expert idle on one rank must still contribute its zero gradient)."""
     return train("starve-fsdp", "gloo-fsdp-2", [*STARVE_FLAGS, "--steps", str(STARVE_STEPS)],
                  runs_dir)
+
+
+@pytest.fixture(scope="session")
+def objective_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
+    """OBJECTIVE_STEPS steps of the objective settings on every CPU configuration, and (when
+    cpu-1 finished) the trainer's initial model: the same cpu-1 command with ``--steps 0``."""
+    runs = {config: _with_export(f"objective-{config}", config,
+                                 [*OBJECTIVE_FLAGS, "--steps", str(OBJECTIVE_STEPS)], runs_dir)
+            for config in OBJECTIVE_CONFIGS}
+    if runs["cpu-1"].outcome != "ok":
+        return runs, None
+    init = _with_export("objective-init", "cpu-1", [*OBJECTIVE_FLAGS, "--steps", "0"], runs_dir)
+    return runs, init
 
 
 @pytest.fixture(scope="session")

@@ -209,10 +209,13 @@ def _lr_factor(step: int, total: int) -> float:
 
 
 def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: R.Cfg,
-                    steps: int) -> dict[str, torch.Tensor]:
+                    steps: int, losses: list[tuple[float, float]] | None = None,
+                    ) -> dict[str, torch.Tensor]:
     """The judge's own one-process training from ``start`` (fp64, no dropout): ``steps`` AdamW
     steps of the reference forward on consecutive global batches of ``batches``
-    ([steps * B, T + 1]). The parameters it ends with, as plain fp64 tensors.
+    ([steps * B, T + 1]), minimising cross-entropy + ``cfg.aux_weight`` * the mean balance loss.
+    The parameters it ends with, as plain fp64 tensors; each step's (cross-entropy, aux loss)
+    before its update is appended to ``losses`` when given.
 
     AdamW is written out (torch's single-tensor update) rather than taken from ``torch.optim``:
     constructing a torch optimizer imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR in
@@ -225,7 +228,10 @@ def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: 
     for step, batch in enumerate(batches.chunk(steps)):
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         ref = R.forward(leaves, batch[:, :-1], cfg)
-        (R.cross_entropy(ref.logits, batch[:, 1:]) + ref.aux).backward()
+        ce = R.cross_entropy(ref.logits, batch[:, 1:])
+        (ce + ref.aux).backward()
+        if losses is not None:
+            losses.append((as_float(ce.detach()), as_float(ref.aux.detach())))
         lr = TRAIN_LR * _lr_factor(step, steps)
         n = step + 1
         for key, leaf in leaves.items():
