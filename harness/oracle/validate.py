@@ -27,7 +27,7 @@ from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.workspace import apply_patch, compute_diff, snapshot_baseline
 from harness.oracle.grade import GraderInputs, grade_diff
-from harness.oracle.requirements import trace_problems
+from harness.oracle.requirements import defined_checks, trace_problems
 from harness.records.attempt import new_numbered_dir
 from harness.records.tasks import (
     FAILING,
@@ -156,7 +156,8 @@ def validate_task(
         graded = {v.variant for v in variants}
         order = [v.variant for v in previous.variants] + [v.variant for v in variants]
         # A variant the hidden folder no longer defines (a fault removed) is dropped, not kept.
-        merged = {v.variant: v for v in previous.variants
+        contracts_now = ["public-tests", *defined_checks(hidden_dir / "checks")]
+        merged = {v.variant: kept_variant(v, contracts_now) for v in previous.variants
                   if v.variant not in graded and v.variant in defined}
         merged.update({v.variant: v for v in variants})
         variants = [merged[name] for name in dict.fromkeys(order) if name in merged]
@@ -219,6 +220,21 @@ def render_markdown(report: ValidationReport) -> str:
             cells = [c.replace("|", "/").replace("\n", " ") for c in cells]
             lines.append(f"| `{contract}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def kept_variant(variant: VariantResult, contracts_now: list[str]) -> VariantResult:
+    """A variant a partial validation keeps from the earlier summary. Its grading predates
+    every check added since, so a contract of today's hidden checks it has no outcome for is a
+    mismatch: the summary must not pass on a grade that never ran the check."""
+    def graded(contract: str) -> bool:
+        return any(o == contract or o.startswith(contract + "[") for o in variant.outcomes)
+
+    stale = [f"{variant.variant}: kept from an earlier validation that has no outcome for "
+             f"{c} (a check added since): grade it again (--variant {variant.variant})"
+             for c in contracts_now if not graded(c)]
+    if not stale:
+        return variant
+    return variant.model_copy(update={"mismatches": [*variant.mismatches, *stale]})
 
 
 def previous_report(report_dir: Path, task: str) -> ValidationReport:

@@ -44,14 +44,23 @@ def test_fixture_task_validates_in_both_directions(
 
     # --variant grades exactly the named variants; the rest come from the earlier summary.
     # A variant the hidden folder no longer defines (a fault since removed) is not kept.
+    # A kept variant graded before a check existed (here: its outcome for one check removed)
+    # fails the summary until it is graded again.
     gone = report.variants[0].model_copy(update={"variant": "fault:since-removed"})
+    first = min(c for c in variants["reference"].outcomes
+                if c.startswith("hidden:") and "[" not in c)
+    before_check = variants["reference"].model_copy(update={"outcomes": {
+        c: o for c, o in variants["reference"].outcomes.items() if c != first}})
     again = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=lambda _m: None,
                           only=["baseline"], previous=report.model_copy(
-                              update={"variants": [report.variants[0], gone]}))
-    graded = {v.variant: v.grade_folder for v in again.variants}
+                              update={"variants": [before_check, gone]}))
+    graded = {v.variant: v for v in again.variants}
     assert set(graded) == {"reference", "baseline"}
-    assert graded["reference"] == variants["reference"].grade_folder
-    assert graded["baseline"] != variants["baseline"].grade_folder
+    assert graded["reference"].grade_folder == variants["reference"].grade_folder
+    assert graded["baseline"].grade_folder != variants["baseline"].grade_folder
+    assert not again.ok and graded["reference"].mismatches == [
+        f"reference: kept from an earlier validation that has no outcome for {first} (a check "
+        "added since): grade it again (--variant reference)"]
 
 
 def test_a_mismatch_in_either_direction_is_reported() -> None:

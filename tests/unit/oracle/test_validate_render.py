@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.oracle.validate import contract_evidence, render_markdown
+from harness.oracle.validate import contract_evidence, kept_variant, render_markdown
 from harness.records.tasks import ValidationReport, VariantResult
 
 
@@ -28,3 +28,21 @@ def test_the_reference_evidence_shows_where_each_check_observed_apart_from_what_
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells == ["`c`", "the judge's SGD loop", "judge,outside,candidate_report", "", "",
                      "max_abs_param_diff=0.0"]
+
+
+def test_a_kept_variant_without_an_outcome_for_a_check_added_since_is_a_mismatch() -> None:
+    """A partial validation keeps the other variants' earlier grades; a check added since was
+    never run on them, so the summary cannot pass on those grades."""
+    old = VariantResult(variant="fault:x", verdict="incomplete",
+                        outcomes={"public-tests": "pass", "hidden:t.py::test_a": "fail",
+                                  "hidden:t.py::test_p[AMAM]": "pass"},
+                        expected_failing=["hidden:t.py::test_a"], mismatches=[],
+                        grade_folder="g")
+    assert kept_variant(old, ["public-tests", "hidden:t.py::test_a",
+                              "hidden:t.py::test_p"]) is old
+    kept = kept_variant(old, ["public-tests", "hidden:t.py::test_a", "hidden:t.py::test_p",
+                              "hidden:t.py::test_new"])
+    assert kept.mismatches == [
+        "fault:x: kept from an earlier validation that has no outcome for hidden:t.py::test_new "
+        "(a check added since): grade it again (--variant fault:x)"]
+    assert old.mismatches == []
