@@ -17,6 +17,7 @@ from harness.cli.common import (
     err_console,
     log,
 )
+from harness.errors import HarnessError
 from harness.paths import REPO_ROOT
 
 
@@ -49,16 +50,24 @@ def oracle_strength_cmd(
     fresh_reference: Annotated[bool, typer.Option(
         help="grade the reference again even when an earlier run graded the same grading "
         "code, image, hidden tree and reference")] = False,
+    scope: Annotated[str, typer.Option(
+        metavar="SCOPE",
+        help="which lines are mutated: the reference's own (diff), the other editable lines "
+        "its grade executed (beyond), or both, scored apart")] = "both",
     cold_start: Annotated[bool, typer.Option(
         help="start every candidate process of a mutant's grade as a fresh interpreter "
         "(default: forked from a warm one that imported torch once; grading/warm_start.py)")]
     = False,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
-    from harness.oracle.strength import OracleStrengthOptions, oracle_strength
+    from harness.oracle.strength import SCOPE_CHOICES, OracleStrengthOptions, oracle_strength
     from harness.oracle.strength import rescore as rescore_report
     from harness.records.tasks import task_paths
 
+    chosen = next((c for c in SCOPE_CHOICES if c == scope), None)
+    if chosen is None:
+        raise HarnessError(f"--scope {scope!r} is not a scope",
+                           f"use one of {', '.join(SCOPE_CHOICES)}")
     paths = task_paths(task, packet=packet, hidden=hidden, needs=("reference/solution.patch",))
     if rescore is not None:
         report = rescore_report(task, paths.hidden, rescore, report_dir, log=log)
@@ -68,16 +77,19 @@ def oracle_strength_cmd(
             runs_root=DEFAULT_RUNS / "oracle-strength" / task, report_dir=report_dir,
             limit=limit, seed=seed, operators=set(operator) if operator else None,
             ids=set(mutant) if mutant else None, workers=workers,
-            reuse_reference=not fresh_reference, warm_start=not cold_start), log=log)
+            reuse_reference=not fresh_reference, warm_start=not cold_start,
+            scope=chosen), log=log)
     table = Table(title=f"oracle strength: {task}")
-    for column in ("operator", "family", "mutants", "detected", "survived", "equivalent"):
+    for column in ("scope", "operator", "family", "mutants", "detected", "survived",
+                   "equivalent"):
         table.add_column(column)
     for row in report.by_operator:
-        table.add_row(row.operator, row.family, str(row.mutants), str(row.detected),
+        table.add_row(row.scope, row.operator, row.family, str(row.mutants), str(row.detected),
                       str(row.survived), str(row.equivalent))
     console.print(table)
-    score = "n/a" if report.score is None else f"{report.score:.1%}"
-    console.print(f"score {score} (goal {report.goal:.0%}); {report.survived} unmarked "
+    scores = ", ".join(f"{r.scope} {'n/a' if r.score is None else f'{r.score:.1%}'}"
+                       for r in report.by_scope) or "n/a"
+    console.print(f"score {scores} (goal {report.goal:.0%} in each); {report.survived} unmarked "
                   f"survivor(s); report in {report_dir / (task + '.md')}")
 
 

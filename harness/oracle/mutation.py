@@ -1,11 +1,14 @@
 """Mutants of a task's reference solution, for measuring how strong its hidden checks are.
 
-Only the lines the reference adds or changes are mutated: the checks exist to tell a correct
-feature from a wrong one, and the baseline's own code is not what an agent writes. Each
-mutation is one small edit of the source text at an AST node's span, so a mutant's diff is one
-hunk a reviewer can read, and every mutant compiles (the rest are dropped).
+Two scopes, scored apart. ``diff``: the lines the reference adds or changes, where the feature
+an agent writes lives. ``beyond``: the other lines of the editable files that the reference's
+grade executed (its line coverage), where realistic mistakes also live: a correct-looking
+line in code the reference left alone (the trainer's loss composition, an option's other
+path). Each mutation is one small edit of the source text at an AST node's span, so a
+mutant's diff is one hunk a reviewer can read, and every mutant compiles (the rest are
+dropped).
 
-Two families of operators:
+Three families of operators:
 
 - classic, after the operator families of the kept mutation tools (mutmut, cosmic-ray):
   arithmetic and comparison operator replacement, boolean operators, numeric and boolean
@@ -13,7 +16,10 @@ Two families of operators:
 - ML-systems: mean<->sum reductions, dropped or duplicated collectives and ``no_sync``,
   scaling by world size or not, ceil<->floor and off-by-one at boundaries, dropped
   ``device=``/``dtype=`` arguments and placement calls, dropped residuals and ``detach``,
-  every rank reading rank 0's shard, a key dropped from a state dict.
+  every rank reading rank 0's shard, a key dropped from a state dict;
+- insertion, for mistakes that add rather than change: a statement with an effect run twice,
+  an extra random draw (every later random number shifts), an arithmetic value scaled, a
+  tensor computed by a call detached from the graph.
 
 Sampling is even across operators: a ``limit`` takes operators round-robin, each operator's
 mutants in a seeded random order, so no single operator fills the budget.
@@ -27,16 +33,19 @@ import hashlib
 import random
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
 from harness.infra.workspace import apply_patch, compute_diff
 
-Family = Literal["classic", "ml-systems"]
+T = TypeVar("T")
+Family = Literal["classic", "ml-systems", "insertion"]
+Scope = Literal["diff", "beyond"]
+SCOPES: tuple[Scope, ...] = ("diff", "beyond")
 
 OPERATORS: dict[str, tuple[Family, str]] = {
     "arith": ("classic", "arithmetic operator replaced (+/-, *//, ///)"),
@@ -58,6 +67,11 @@ OPERATORS: dict[str, tuple[Family, str]] = {
     "detach": ("ml-systems", ".detach() dropped"),
     "rank-offset": ("ml-systems", "the rank in an offset replaced by 0"),
     "state-key": ("ml-systems", "a key dropped from a dict literal (state dicts, records)"),
+    "duplicate-statement": ("insertion", "a call, in-place update or calling assignment run "
+                                         "twice"),
+    "insert-call": ("insertion", "an extra random draw (torch.rand) before a statement"),
+    "scale-value": ("insertion", "an assigned or returned arithmetic value scaled by 2"),
+    "detach-tensor": ("insertion", "a tensor computed by a call detached from the graph"),
 }
 
 COLLECTIVES = frozenset({
@@ -77,6 +91,16 @@ _CMP_SWAPS: dict[type[ast.cmpop], str] = {
     ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">", ast.Eq: "!=", ast.NotEq: "==",
     ast.Is: "is not", ast.IsNot: "is", ast.In: "not in", ast.NotIn: "in",
 }
+# Calls whose result is a tensor in the graph (a ``.detach()`` appended to one compiles and
+# runs, and cuts the gradient): torch's, torch.nn.functional's and tensor methods' names.
+_TENSOR_CALLS = frozenset({
+    "softmax", "log_softmax", "matmul", "mm", "bmm", "einsum", "linear", "gelu", "silu", "relu",
+    "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "mean", "sum", "cumsum", "conv1d",
+    "layer_norm", "rms_norm", "cross_entropy", "mse_loss", "nll_loss", "dropout", "pad", "cat",
+    "stack", "where", "gather", "scatter_add", "masked_fill", "reshape", "view", "transpose",
+    "permute", "unsqueeze", "squeeze", "flatten", "expand", "contiguous", "pow", "clamp",
+    "abs", "norm", "mul", "add", "div",
+})
 _HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -86,6 +110,9 @@ class Mutant(BaseModel):
     id: str
     operator: str
     family: Family
+    # "diff": a line the reference adds or changes; "beyond": another line of an editable
+    # file that the reference's grade executed.
+    scope: Scope = "diff"
     path: str
     line: int
     original: str
@@ -188,9 +215,10 @@ def _is_rank(node: ast.AST) -> bool:
 class _Mutator(ast.NodeVisitor):
     """Collects edits for nodes that start on a changed line."""
 
-    def __init__(self, src: _Source, changed: set[int]) -> None:
+    def __init__(self, src: _Source, changed: set[int], *, has_torch: bool = False) -> None:
         self.src = src
         self.changed = changed
+        self.has_torch = has_torch  # the module binds ``torch`` (an inserted draw can use it)
         self.edits: list[_Edit] = []
         self.defaults: set[int] = set()  # ids of constants that are a default
         self.statements: list[ast.stmt] = []
@@ -422,18 +450,54 @@ class _Mutator(ast.NodeVisitor):
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
                 continue  # a docstring
             call = stmt.value if isinstance(stmt, ast.Expr) else None
+            indent = " " * stmt.col_offset
+            twice = f"{self.t(stmt)}\n{indent}{self.t(stmt)}"
             if isinstance(call, ast.Call) and _name_of(call.func) in COLLECTIVES:
                 self.add("collective-drop", stmt, "pass", stmt)
-                indent = " " * stmt.col_offset
-                self.add("collective-dup", stmt, f"{self.t(stmt)}\n{indent}{self.t(stmt)}", stmt)
+                self.add("collective-dup", stmt, twice, stmt)
             elif simple and not (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
                 self.add("delete-statement", stmt, "pass", stmt)
+                if isinstance(call, ast.Call) or isinstance(stmt, ast.AugAssign) or (
+                        isinstance(stmt, ast.Assign | ast.AnnAssign)
+                        and any(isinstance(n, ast.Call) for n in ast.walk(stmt))):
+                    self.add("duplicate-statement", stmt, twice, stmt)
+            self._insertions(stmt, indent)
+
+    def _insertions(self, stmt: ast.stmt, indent: str) -> None:
+        """The insertion family's edits of one statement (every line of it in scope)."""
+        # A draw where training code runs (inside a function), not at import or class level.
+        in_function = any(isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                          for s in self.statements)
+        if self.has_torch and in_function and not isinstance(
+                stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Import
+                | ast.ImportFrom | ast.Global | ast.Nonlocal):
+            self.add("insert-call", stmt, f"torch.rand(())\n{indent}{self.t(stmt)}", stmt)
+        value = stmt.value if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign
+                                         | ast.Return) else None
+        if value is None:
+            return
+        if isinstance(value, ast.BinOp) and not any(
+                isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant)
+                                                 and isinstance(n.value, str))
+                for n in ast.walk(value)):
+            self.add("scale-value", value, f"({self.t(value)}) * 2", stmt)
+        if (isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(value, ast.Call)
+                and _name_of(value.func) in _TENSOR_CALLS):
+            self.add("detach-tensor", value, f"({self.t(value)}).detach()", stmt)
+
+
+def _binds_torch(tree: ast.Module) -> bool:
+    """The module imports ``torch`` under that name at its top level."""
+    return any(isinstance(node, ast.Import) and any(a.name == "torch" and a.asname is None
+                                                   for a in node.names)
+               for node in tree.body)
 
 
 def _edits(source: str, changed: set[int]) -> list[_Edit]:
     src = _Source(source)
-    mutator = _Mutator(src, changed)
-    mutator.visit(ast.parse(source))
+    tree = ast.parse(source)
+    mutator = _Mutator(src, changed, has_torch=_binds_torch(tree))
+    mutator.visit(tree)
     return mutator.edits
 
 
@@ -478,12 +542,11 @@ def _change(path: str, source: str, mutated: str) -> str:
                                         f"reference/{path}", f"mutant/{path}", n=1))
 
 
-def sample_evenly(by_operator: dict[str, list[Mutant]], limit: int | None,
-                  seed: int) -> list[Mutant]:
+def sample_evenly(by_operator: dict[str, list[T]], limit: int | None, seed: int) -> list[T]:
     """Round-robin over operators, each in a seeded random order, up to ``limit``."""
     rng = random.Random(seed)
     queues = {op: rng.sample(ms, len(ms)) for op, ms in sorted(by_operator.items())}
-    chosen: list[Mutant] = []
+    chosen: list[T] = []
     while any(queues.values()) and (limit is None or len(chosen) < limit):
         for op in sorted(queues):
             if queues[op] and (limit is None or len(chosen) < limit):
@@ -493,44 +556,92 @@ def sample_evenly(by_operator: dict[str, list[Mutant]], limit: int | None,
 
 def generate_mutants(baseline: Path, reference_patch: bytes, *, limit: int | None = None,
                      seed: int = 0, operators: set[str] | None = None,
-                     ids: set[str] | None = None) -> list[Mutant]:
-    """Mutants of the reference's added and changed lines, sampled evenly by operator
-    (``ids``: exactly those mutants, e.g. to re-check survivors after a new check)."""
+                     ids: set[str] | None = None,
+                     beyond: dict[str, set[int]] | None = None,
+                     include_diff: bool = True) -> list[Mutant]:
+    """Mutants of the reference's added and changed lines (scope ``diff``, unless not
+    ``include_diff``) and, given ``beyond`` (path -> lines: ``beyond_lines``), of those lines
+    too (scope ``beyond``), sampled evenly by scope and operator (``ids``: exactly those
+    mutants, e.g. to re-check survivors after a new check)."""
     unknown = (operators or set()) - set(OPERATORS)
     if unknown:
         raise ValueError(f"unknown mutation operator(s) {sorted(unknown)}; "
                          f"known: {', '.join(OPERATORS)}")
-    changed = changed_lines(reference_patch)
-    by_operator: dict[str, list[Mutant]] = {}
+    scopes: list[tuple[Scope, dict[str, set[int]]]] = (
+        [("diff", changed_lines(reference_patch))] if include_diff else [])
+    if beyond:
+        scopes.append(("beyond", beyond))
+    # Sampled before any diff is computed (a git call each): a limit costs what it keeps.
+    by_operator: dict[str, list[_Candidate]] = {}
     with tempfile.TemporaryDirectory(prefix="harness-mutants-") as tmp:
         tree = Path(tmp) / "reference"
         apply_patch(baseline, reference_patch, tree)
-        for path, edit, source, mutated in _candidates(tree, changed):
-            if operators and edit.operator not in operators:
-                continue
-            if ids is not None and _mutant_id(edit.operator, path, mutated) not in ids:
-                continue
-            line = source.encode("utf-8")[:edit.start].count(b"\n") + 1
-            target = tree / path
-            target.write_text(mutated, encoding="utf-8")
-            try:
-                patch, _ = compute_diff(baseline, tree, max_diff_bytes=32 * 1024**2)
-            finally:
-                target.write_text(source, encoding="utf-8")
-            original_src, mutated_src = _Source(source), _Source(mutated)
-            span_lines = edit.replacement.count("\n") + 1
-            by_operator.setdefault(edit.operator, []).append(Mutant(
-                id=_mutant_id(edit.operator, path, mutated), operator=edit.operator,
-                family=OPERATORS[edit.operator][0], path=path, line=line,
-                first_line=edit.first_line, last_line=edit.last_line,
-                original=original_src.line_text(line).strip(),
-                mutated="\n".join(mutated_src.line_text(line + k).strip()
-                                  for k in range(span_lines)),
-                change=_change(path, source, mutated),
-                diff=patch.decode("utf-8", "replace")))
-    if ids is not None:
-        missing = ids - {m.id for ms in by_operator.values() for m in ms}
-        if missing:
-            raise ValueError(f"no mutant with id(s) {sorted(missing)} (the reference changed, "
-                             "or the id is mistyped)")
-    return sample_evenly(by_operator, limit, seed)
+        for scope, lines in scopes:
+            for path, edit, source, mutated in _candidates(tree, lines):
+                if operators and edit.operator not in operators:
+                    continue
+                mid = _mutant_id(edit.operator, path, mutated)
+                if ids is not None and mid not in ids:
+                    continue
+                by_operator.setdefault(f"{scope}:{edit.operator}", []).append(
+                    _Candidate(mid, scope, path, edit, source, mutated))
+        if ids is not None:
+            missing = ids - {c.id for cs in by_operator.values() for c in cs}
+            if missing:
+                raise ValueError(f"no mutant with id(s) {sorted(missing)} (the reference "
+                                 "changed, or the id is mistyped)")
+        return [_mutant(baseline, tree, c) for c in sample_evenly(by_operator, limit, seed)]
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A mutant before its graded diff is computed."""
+
+    id: str
+    scope: Scope
+    path: str
+    edit: _Edit
+    source: str
+    mutated: str
+
+
+def _mutant(baseline: Path, tree: Path, candidate: _Candidate) -> Mutant:
+    """One mutant of the reference ``tree``: the edit as a reviewer reads it, and the diff
+    from the baseline that is graded."""
+    scope, path, edit = candidate.scope, candidate.path, candidate.edit
+    source, mutated = candidate.source, candidate.mutated
+    line = source.encode("utf-8")[:edit.start].count(b"\n") + 1
+    target = tree / path
+    target.write_text(mutated, encoding="utf-8")
+    try:
+        patch, _ = compute_diff(baseline, tree, max_diff_bytes=32 * 1024**2)
+    finally:
+        target.write_text(source, encoding="utf-8")
+    original_src, mutated_src = _Source(source), _Source(mutated)
+    span_lines = edit.replacement.count("\n") + 1
+    return Mutant(
+        id=candidate.id, operator=edit.operator,
+        family=OPERATORS[edit.operator][0], scope=scope, path=path, line=line,
+        first_line=edit.first_line, last_line=edit.last_line,
+        original=original_src.line_text(line).strip(),
+        mutated="\n".join(mutated_src.line_text(line + k).strip() for k in range(span_lines)),
+        change=_change(path, source, mutated), diff=patch.decode("utf-8", "replace"))
+
+
+def beyond_lines(coverage: Mapping[str, Mapping[str, Iterable[int]]], reference_patch: bytes,
+                 files: Iterable[str]) -> dict[str, set[int]]:
+    """The ``beyond`` scope: per file of ``files`` (the reference tree's editable ``.py``
+    files, relative), the lines some contract executed while the reference was graded, less
+    the lines the reference adds or changes. ``coverage`` (contract -> file -> lines) names
+    files by their path in the grader; a repository file is matched by suffix, as the grader
+    matches a mutant's lines (``grading.trace.lines_of``)."""
+    changed = changed_lines(reference_patch)
+    lines: dict[str, set[int]] = {}
+    for rel in sorted(files):
+        suffix = "/" + rel.lstrip("/")
+        ran = {n for by_file in coverage.values() for path, numbers in by_file.items()
+               if path.endswith(suffix) for n in numbers}
+        ran -= changed.get(rel, set())
+        if ran:
+            lines[rel] = ran
+    return lines

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
@@ -37,17 +40,27 @@ from grading.mutant_report import (
     MutantsReport,
     read_partial,
 )
+from grading.packet import PacketSpec, load_packet_spec
 from grading.yamlfile import YamlFileError, load_model
 from harness.errors import HarnessError
 from harness.infra import images
-from harness.infra.workspace import snapshot_baseline
+from harness.infra.workspace import apply_patch, snapshot_baseline
 from harness.oracle.grade import GraderFailed
 from harness.oracle.mutant_pool import MutantInputs, grade_in_pool, grade_reference
-from harness.oracle.mutation import OPERATORS, Mutant, generate_mutants
+from harness.oracle.mutation import (
+    OPERATORS,
+    SCOPES,
+    Mutant,
+    beyond_lines,
+    generate_mutants,
+)
 from harness.records.attempt import new_numbered_dir
 from harness.records.clock import utc_timestamp
 
 REPORT_SCHEMA_VERSION = 1
+# Which lines a run mutates: harness.oracle.mutation's scopes, or both (scored apart).
+ScopeChoice = Literal["diff", "beyond", "both"]
+SCOPE_CHOICES: tuple[ScopeChoice, ...] = ("diff", "beyond", "both")
 GOAL = 0.9
 # Grader containers side by side (docs/oracle-strength.md: measured on this 2-core machine).
 DEFAULT_WORKERS = 2
@@ -70,10 +83,21 @@ class MutantEntry(BaseModel):
 class OperatorRow(BaseModel):
     operator: str
     family: str
+    # Where the operator's mutants are (harness.oracle.mutation: "diff" or "beyond").
+    scope: str = "diff"
     mutants: int
     detected: int
     survived: int
     equivalent: int
+
+
+class ScopeRow(BaseModel):
+    scope: str
+    mutants: int
+    detected: int
+    survived: int
+    equivalent: int
+    score: float | None
 
 
 class OracleStrengthReport(BaseModel):
@@ -112,6 +136,9 @@ class OracleStrengthReport(BaseModel):
     equivalent: int
     score: float | None
     goal: float = GOAL
+    # The score of each scope apart (the operators' rows summed per scope); the goal holds for
+    # each. Empty in reports made before scopes existed (every mutant then was "diff").
+    by_scope: list[ScopeRow] = Field(default_factory=list)
     by_operator: list[OperatorRow]
     # Contract id -> how many mutants it was the first to kill.
     kills_by_contract: dict[str, int]
@@ -156,15 +183,27 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         reason = equivalents.get(mutant.id) if result.status == "survived" else None
         entries.append(MutantEntry(mutant=shown, result=result, equivalent=reason))
     rows = []
-    for op in OPERATORS:
-        mine = [e for e in entries if e.mutant.operator == op]
-        if mine:
-            rows.append(OperatorRow(
-                operator=op, family=OPERATORS[op][0], mutants=len(mine),
-                detected=sum(e.result.status in DETECTED for e in mine),
-                survived=sum(e.result.status == "survived" and e.equivalent is None
-                             for e in mine),
-                equivalent=sum(e.equivalent is not None for e in mine)))
+    for scope in SCOPES:
+        for op in OPERATORS:
+            mine = [e for e in entries if e.mutant.operator == op and e.mutant.scope == scope]
+            if mine:
+                rows.append(OperatorRow(
+                    operator=op, family=OPERATORS[op][0], scope=scope, mutants=len(mine),
+                    detected=sum(e.result.status in DETECTED for e in mine),
+                    survived=sum(e.result.status == "survived" and e.equivalent is None
+                                 for e in mine),
+                    equivalent=sum(e.equivalent is not None for e in mine)))
+    by_scope = []
+    for scope in SCOPES:
+        mine_rows = [r for r in rows if r.scope == scope]
+        if mine_rows:
+            n, found, same = (sum(r.mutants for r in mine_rows),
+                              sum(r.detected for r in mine_rows),
+                              sum(r.equivalent for r in mine_rows))
+            by_scope.append(ScopeRow(scope=scope, mutants=n, detected=found,
+                                     survived=sum(r.survived for r in mine_rows),
+                                     equivalent=same,
+                                     score=round(found / (n - same), 4) if n > same else None))
     detected = sum(r.detected for r in rows)
     equivalent = sum(r.equivalent for r in rows)
     scored = len(entries) - equivalent
@@ -184,7 +223,8 @@ def score_report(task: str, mutants: list[Mutant], graded: MutantsReport,
         mutants_total=len(entries), mutants_generated=len(mutants), detected=detected,
         survived=sum(r.survived for r in rows), equivalent=equivalent,
         score=round(detected / scored, 4) if scored else None,
-        by_operator=rows, kills_by_contract=dict(kills.most_common()), entries=entries)
+        by_scope=by_scope, by_operator=rows, kills_by_contract=dict(kills.most_common()),
+        entries=entries)
 
 
 def _started(report: OracleStrengthReport) -> str:
@@ -224,18 +264,32 @@ def blind_line(report_dir: Path, task: str) -> str:
             f"from the packet and the reference only, [the round](blind/{path.stem}.md)).")
 
 
+SCOPE_WORDS = {"diff": "lines the reference adds or changes",
+               "beyond": "other editable lines its grade executed"}
+
+
+def goal_met(report: OracleStrengthReport) -> bool:
+    """The goal holds for every scope apart (for the whole score in reports without scopes)."""
+    scores = [r.score for r in report.by_scope] if report.by_scope else [report.score]
+    return all(s is not None and s >= report.goal for s in scores)
+
+
 def render_markdown(report: OracleStrengthReport, blind: str = "") -> str:
     score = "n/a" if report.score is None else f"{report.score:.1%}"
-    met = report.score is not None and report.score >= report.goal
+    met = goal_met(report)
+    apart = "; ".join(f"{r.scope} {'n/a' if r.score is None else f'{r.score:.1%}'}"
+                      for r in report.by_scope)
     mutant_minutes = max(0.0, report.duration_s - (
         0.0 if report.reference_reused else report.reference_duration_s)) / 60
     rate = (f"{report.mutants_total / mutant_minutes:.1f} mutants per minute"
             if mutant_minutes > 0 else "none graded")
     lines = [
         f"# Oracle strength: {report.task}", "",
-        f"Score: **{score}** (detected {report.detected} of {report.mutants_total} mutants, "
-        f"{report.equivalent} marked equivalent; goal {report.goal:.0%}: "
-        f"{'met' if met else 'NOT met'}).", "",
+        f"Score: **{score}**" + (f" ({apart})" if len(report.by_scope) > 1 else "")
+        + f" (detected {report.detected} of {report.mutants_total} mutants, "
+        f"{report.equivalent} marked equivalent; goal {report.goal:.0%}"
+        + (" in each scope" if len(report.by_scope) > 1 else "")
+        + f": {'met' if met else 'NOT met'}).", "",
         *([blind, ""] if blind else []),
         f"Generated {report.generated_at} with seed {report.seed}"
         + (f", limit {report.limit}" if report.limit else "") +
@@ -264,12 +318,19 @@ def render_markdown(report: OracleStrengthReport, blind: str = "") -> str:
             "grades" + ("." if report.workers == 1 else
                         f", but for at most {report.workers - 1} that were still being graded "
                         "while later ones had finished."), ""]
+    if report.by_scope:
+        lines += ["| scope | mutants | detected | survived | equivalent | score |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r.scope} ({SCOPE_WORDS.get(r.scope, r.scope)}) | {r.mutants} | "
+                  f"{r.detected} | {r.survived} | {r.equivalent} | "
+                  f"{'n/a' if r.score is None else f'{r.score:.1%}'} |" for r in report.by_scope]
+        lines += [""]
     lines += [
-        "| operator | family | mutants | detected | survived | equivalent |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| scope | operator | family | mutants | detected | survived | equivalent |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {r.operator} | {r.family} | {r.mutants} | {r.detected} | {r.survived} | "
-              f"{r.equivalent} |" for r in report.by_operator]
+    lines += [f"| {r.scope} | {r.operator} | {r.family} | {r.mutants} | {r.detected} | "
+              f"{r.survived} | {r.equivalent} |" for r in report.by_operator]
     lines += ["", "## First killing contract", "", "| contract | mutants |", "| --- | --- |"]
     lines += [f"| `{c}` | {n} |" for c, n in report.kills_by_contract.items()]
     statuses = Counter(e.result.status for e in report.entries)
@@ -365,17 +426,11 @@ def _full_grade_s(header: MutantsReport) -> float:
 
 
 def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
-                   cache_dir: Path, *, workers: int, reuse_reference: bool,
+                   header: MutantsReport, *, started: float, workers: int,
                    per_mutant_s: float, log: Callable[[str], None]) -> MutantsReport:
-    """The reference's header, then every mutant graded in the worker pool. Results are kept
-    as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped halfway can
-    be rescored."""
-    t0 = time.monotonic()
-    # The reference's checks are shared among as many containers as will grade the mutants.
-    header, reused = reference_header(inputs, cache_dir, out_dir, reuse=reuse_reference,
-                                parts=workers, log=log)
-    header.reference_reused, header.workers = reused, workers
-    header.warm_start = inputs.warm_start
+    """Every mutant graded in the worker pool against the reference's ``header``. Results are
+    kept as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped
+    halfway can be rescored."""
     out = out_dir / "out"
     out.mkdir()
     (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
@@ -401,9 +456,29 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
             f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far")
         raise
     header.mutants = [results[m.id] for m in mutants]
-    header.duration_s = round(time.monotonic() - t0, 2)
+    header.duration_s = round(time.monotonic() - started, 2)
     (out / RESULTS_NAME).write_text(header.results_json())
     return header
+
+
+def editable_python_files(baseline: Path, reference_patch: bytes, packet_yaml: Path
+                          ) -> dict[str, int]:
+    """The reference tree's ``.py`` files an agent may edit (the packet's editable paths, not
+    protected), with their line counts: where ``beyond``-scope mutants live."""
+    spec = load_packet_spec(packet_yaml)
+    with tempfile.TemporaryDirectory(prefix="harness-reference-") as tmp:
+        tree = Path(tmp) / "reference"
+        apply_patch(baseline, reference_patch, tree)
+        return {rel: len(path.read_bytes().splitlines())
+                for path in sorted(tree.rglob("*.py")) if path.is_file()
+                and editable(rel := path.relative_to(tree).as_posix(), spec)}
+
+
+def editable(rel: str, spec: PacketSpec) -> bool:
+    """A path the grader keeps from the candidate's diff: it matches an ``editable_paths`` glob
+    and no ``protected_paths`` glob (the rule ``grading.trees.restore_locked_paths`` applies)."""
+    return (any(fnmatchcase(rel, g) for g in spec.editable_paths)
+            and not any(fnmatchcase(rel, g) for g in spec.protected_paths))
 
 
 def mutant_spec(mutant: Mutant) -> MutantSpec:
@@ -444,6 +519,9 @@ class OracleStrengthOptions(BaseModel):
     # Fork candidate processes from a warm interpreter (grading.warm_start).
     warm_start: bool = True
     per_mutant_s: float = 600.0
+    # Which lines are mutated (harness.oracle.mutation): the reference's own ("diff"), the
+    # other lines of the editable files its grade executed ("beyond"), or both, scored apart.
+    scope: ScopeChoice = "both"
 
 
 def oracle_strength(options: OracleStrengthOptions,
@@ -458,13 +536,24 @@ def oracle_strength(options: OracleStrengthOptions,
     with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
         baseline = Path(tmp) / "baseline"
         snapshot_baseline(packet_dir / "repo", baseline)
-        try:
-            mutants = generate_mutants(baseline, reference, limit=o.limit, seed=o.seed,
-                                       operators=o.operators, ids=o.ids)
-        except ValueError as exc:
-            raise HarnessError(str(exc), "pass known operator names and mutant ids (see the "
-                               "task's report)") from None
-        if not mutants:
+
+        def generate(beyond: dict[str, set[int]] | None) -> list[Mutant]:
+            try:
+                return generate_mutants(baseline, reference, limit=o.limit, seed=o.seed,
+                                        operators=o.operators, ids=o.ids, beyond=beyond,
+                                        include_diff=o.scope != "beyond")
+            except ValueError as exc:
+                raise HarnessError(str(exc), "pass known operator names and mutant ids (see "
+                                   "the task's report)") from None
+
+        # The diff scope needs nothing graded: refuse a bad selection before any grading.
+        # The beyond scope's lines are the reference's coverage, known once it is graded; a
+        # selection is checked before against every editable line (a superset).
+        mutants = generate(None) if o.scope == "diff" else []
+        files = editable_python_files(baseline, reference, packet_dir / "packet.yaml")
+        if o.scope != "diff" and (o.ids or o.operators):
+            generate({rel: set(range(1, n + 1)) for rel, n in files.items()})
+        if o.scope == "diff" and not mutants:
             raise HarnessError(f"no mutant of {task}'s reference could be generated",
                                "the reference changes no Python line")
         folder = Path(tmp) / "mutants"
@@ -478,19 +567,36 @@ def oracle_strength(options: OracleStrengthOptions,
                               grader_sha256=grader_source_sha256(),
                               hidden_sha256=tree_sha256(hidden_dir), warm_start=o.warm_start)
         out_dir = new_numbered_dir(runs_root, "run")
-        log(f"{len(mutants)} mutants of {task}'s reference "
-            f"({', '.join(f'{k} {v}' for k, v in Counter(m.operator for m in mutants).items())})")
+        started = time.monotonic()
+        # The reference's checks are shared among as many containers as will grade the mutants.
+        header, reused = reference_header(inputs, runs_root / "reference-cache", out_dir,
+                                          reuse=o.reuse_reference, parts=o.workers, log=log)
+        header.reference_reused, header.workers = reused, o.workers
+        header.warm_start = o.warm_start
+        if o.scope != "diff" and header.reference_verdict in PASSING_REFERENCE:
+            if not header.coverage_recorded:
+                raise HarnessError("the reference's grade recorded no line coverage, which the "
+                                   "beyond-the-diff scope is drawn from",
+                                   "grade the reference again: --fresh-reference")
+            mutants = generate(beyond_lines(header.coverage, reference, files))
+            if not mutants:
+                raise HarnessError(f"no mutant of {task}'s reference could be generated",
+                                   "the reference's grade executed no editable Python line")
+            shutil.rmtree(folder)
+            write_mutants(folder, mutants)
+        log(f"{len(mutants)} mutants of {task}'s reference ("
+            + ", ".join(f"{k} {v}" for k, v in
+                        Counter(f"{m.scope}:{m.operator}" for m in mutants).items()) + ")")
         (out_dir / "mutants.json").write_text(json.dumps(
             [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
         # Before grading: a stopped run is rescored from these, and bound to what was sent.
         (out_dir / RUN_SETTINGS).write_text(json.dumps(
             {"seed": o.seed, "limit": o.limit, "selected": bool(o.operators or o.ids),
-             "grader_source_sha256": inputs.grader_sha256,
+             "scope": o.scope, "grader_source_sha256": inputs.grader_sha256,
              "hidden_tree_sha256": inputs.hidden_sha256, "workers": o.workers,
              "warm_start": o.warm_start}))
-        graded = _grade_mutants(inputs, mutants, out_dir, runs_root / "reference-cache",
-                                workers=o.workers, reuse_reference=o.reuse_reference,
-                                per_mutant_s=o.per_mutant_s, log=log)
+        graded = _grade_mutants(inputs, mutants, out_dir, header, started=started,
+                                workers=o.workers, per_mutant_s=o.per_mutant_s, log=log)
     return _write_report(task, hidden_dir, mutants, graded, equivalents, o.report_dir,
                          seed=o.seed, limit=o.limit, whole=not (o.operators or o.ids), log=log)
 

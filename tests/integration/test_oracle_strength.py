@@ -24,6 +24,9 @@ EQUIVALENT = "default-2492d4d92c"
 # The name of a periodic checkpoint: no check trains with --checkpoint-every, so the statement
 # never runs in any check (line coverage of the reference's grade) and is not graded.
 UNREACHED = "constant-9635bf8345"
+# Beyond the diff: the trainer's ``loss.backward()`` (a line the reference left alone, which
+# every training check executes) run twice.
+BEYOND = "duplicate-statement-abc2ab34ed"
 
 
 def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None:
@@ -34,12 +37,18 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
         "exactly what warmup 0 does\n")
     run = {"task": "tiny-regression", "packet_dir": FIXTURE, "hidden_dir": HIDDEN,
            "runs_root": tmp_path / "run", "report_dir": reports}
-    report = oracle_strength(OracleStrengthOptions(**run, ids={KILLABLE, EQUIVALENT, UNREACHED}),
-                             log=lambda _m: None)
+    report = oracle_strength(OracleStrengthOptions(
+        **run, ids={KILLABLE, EQUIVALENT, UNREACHED, BEYOND}), log=lambda _m: None)
     assert report.reference_verdict == "complete" and report.coverage_recorded
     assert report.coverage_per_check and 0 < report.reference_duration_s < report.duration_s
     entries = {e.mutant.id: e for e in report.entries}
-    assert set(entries) == {KILLABLE, EQUIVALENT, UNREACHED}
+    assert set(entries) == {KILLABLE, EQUIVALENT, UNREACHED, BEYOND}
+    # The beyond scope comes from the reference's coverage and is scored apart.
+    beyond = entries[BEYOND]
+    assert (beyond.mutant.scope, beyond.mutant.family) == ("beyond", "insertion")
+    assert beyond.result.status == "killed", beyond.result
+    assert [(r.scope, r.mutants, r.detected) for r in report.by_scope] == [
+        ("diff", 3, 1), ("beyond", 1, 1)]
     killed = entries[KILLABLE].result
     assert killed.status == "killed", killed
     assert killed.killed_by is not None and killed.killed_by.startswith("hidden:test_warmup.py::")
@@ -61,22 +70,26 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
     assert unreached.contracts_run > 1
     assert survivor.result.covered and killed.covered
     assert killed.confirmed in ("first", "alone") and survivor.result.confirmed == "every_contract"
-    # detected / (mutants - equivalent) = 1 / 2: the unreached survivor is a blind spot.
-    assert (report.detected, report.equivalent, report.survived, report.score) == (1, 1, 1, 0.5)
+    # detected / (mutants - equivalent): diff 1 / 2 (the unreached survivor is a blind spot),
+    # beyond 1 / 1; 2 / 3 in all. The goal holds for neither the whole nor the diff scope.
+    assert (report.detected, report.equivalent, report.survived, report.score) == (
+        2, 1, 1, 0.6667)
+    assert [r.score for r in report.by_scope] == [0.5, 1.0]
 
     # The committed artefacts: the report as written, and readable by a person.
     saved = OracleStrengthReport.model_validate_json(
         (reports / "tiny-regression.json").read_text())
-    assert saved.score == 0.5
+    assert saved.score == 0.6667 and saved.by_scope == report.by_scope
     markdown = (reports / "tiny-regression.md").read_text()
-    assert "Score: **50.0%**" in markdown and f"`{EQUIVALENT}`" in markdown
+    assert "Score: **66.7%** (diff 50.0%; beyond 100.0%)" in markdown
+    assert "goal 90% in each scope: NOT met" in markdown and f"`{EQUIVALENT}`" in markdown
     assert "no check executes this statement" in markdown
     assert "one process per hidden check" in markdown
     assert "every contract ran on it" in markdown and "Kills checked" in markdown
     run_dir = next((tmp_path / "run").glob("run-*"))
     canary = (HIDDEN / "CANARY").read_text().strip()
     assert canary not in markdown and canary not in (reports / "tiny-regression.json").read_text()
-    # Two grader containers graded the three mutants, one log each, their candidate processes
+    # Two grader containers graded the four mutants, one log each, their candidate processes
     # forked from a warm interpreter (grading.warm_start, the default).
     assert report.workers == 2 and not report.reference_reused and report.warm_start
     # The reference's checks were shared between the two containers, and merged into one

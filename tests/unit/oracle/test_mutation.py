@@ -16,6 +16,7 @@ from harness.infra.workspace import compute_diff, snapshot_baseline
 from harness.oracle.mutation import (
     OPERATORS,
     Mutant,
+    beyond_lines,
     changed_lines,
     generate_mutants,
     sample_evenly,
@@ -55,6 +56,7 @@ def shard(n, rank, world_size, x, block):
     for i in range(start, start + per_rank):
         if i >= n and not False:
             break
+    p = torch.softmax(h, dim=-1)
     return y, z, state, -(-n // world_size)
 '''
 
@@ -66,14 +68,21 @@ def _repo(tmp_path: Path, text: str) -> Path:
     return repo
 
 
-@pytest.fixture
-def feature(tmp_path: Path) -> tuple[Path, bytes]:
+@pytest.fixture(scope="module")
+def feature(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    tmp_path = tmp_path_factory.mktemp("feature")
     baseline = tmp_path / "baseline"
     snapshot_baseline(_repo(tmp_path, BASE), baseline)
     after = tmp_path / "after"
     snapshot_baseline(_repo(tmp_path, FEATURE), after)
     patch, _ = compute_diff(baseline, after, max_diff_bytes=1 << 20)
     return baseline, patch
+
+
+@pytest.fixture(scope="module")
+def every_mutant(feature: tuple[Path, bytes]) -> list[Mutant]:
+    """Every mutant of FEATURE (each one's diff is a git call: made once per module)."""
+    return generate_mutants(*feature)
 
 
 def test_changed_lines_are_the_new_side_of_added_lines(feature: tuple[Path, bytes]) -> None:
@@ -85,14 +94,14 @@ def test_changed_lines_are_the_new_side_of_added_lines(feature: tuple[Path, byte
 
 
 def test_every_operator_family_fires_and_every_mutant_compiles(
-        feature: tuple[Path, bytes]) -> None:
-    baseline, patch = feature
-    mutants = generate_mutants(baseline, patch)
+        every_mutant: list[Mutant]) -> None:
+    mutants = every_mutant
     ops = Counter(m.operator for m in mutants)
     for expected in ("arith", "compare", "boolean", "constant", "negate-condition",
                      "delete-statement", "reduction", "collective-drop", "collective-dup",
                      "no-sync", "world-size", "ceil-floor", "off-by-one", "device-dtype",
-                     "residual", "detach", "rank-offset", "state-key"):
+                     "residual", "detach", "rank-offset", "state-key", "duplicate-statement",
+                     "insert-call", "scale-value", "detach-tensor"):
         assert ops[expected] > 0, f"operator {expected} produced nothing: {ops}"
     assert set(ops) <= set(OPERATORS)
     assert len({m.id for m in mutants}) == len(mutants)
@@ -116,21 +125,32 @@ def test_every_operator_family_fires_and_every_mutant_compiles(
     assert "h = x + (block(x))" in changes
     assert "start = 0" in changes
     assert "dist.all_reduce(y, op=dist.ReduceOp.AVG)" in changes
+    # The insertion family: an effect twice, an extra random draw, a value scaled, a detach.
+    assert "z = torch.zeros(3, dtype=torch.float32, device=x.device)\n" \
+        "z = torch.zeros(3, dtype=torch.float32, device=x.device)" in changes
+    assert "torch.rand(())\nper_rank = math.ceil(n / world_size)" in changes
+    assert "y = (x.to(torch.float64).mean(dim=0) / world_size) * 2" in changes
+    assert "p = (torch.softmax(h, dim=-1)).detach()" in changes
+    assert all(m.scope == "diff" for m in mutants)
+    assert {m.family for m in mutants if m.operator == "scale-value"} == {"insertion"}
     # An expression inside the loop's `if` is held by that `if` (lines 20-21).
     negated = next(m for m in mutants if m.operator == "negate-condition")
     assert (negated.first_line, negated.last_line) == (20, 21)
 
 
-def test_mutants_are_stable_and_sampling_is_even(feature: tuple[Path, bytes]) -> None:
+def test_mutants_are_stable_and_sampling_is_even(feature: tuple[Path, bytes],
+                                                 every_mutant: list[Mutant]) -> None:
     baseline, patch = feature
-    everything = generate_mutants(baseline, patch)
-    again = generate_mutants(baseline, patch)
-    assert [m.id for m in everything] == [m.id for m in again]
-    sample = generate_mutants(baseline, patch, limit=18, seed=7)
+    everything = every_mutant
+    some = {"arith", "insert-call", "state-key"}
+    again = generate_mutants(baseline, patch, operators=some)
+    assert sorted(m.id for m in everything if m.operator in some) == sorted(m.id for m in again)
+    firing = len({m.operator for m in everything})
+    sample = generate_mutants(baseline, patch, limit=firing, seed=7)
     per_op = Counter(m.operator for m in sample)
-    # 18 operators fire here; a limit of 18 takes one of each, never 18 of the largest.
-    assert len(sample) == 18 and max(per_op.values()) == 1
-    assert [m.id for m in generate_mutants(baseline, patch, limit=18, seed=7)] == \
+    # A limit of as many as fire takes one of each operator, never all of the largest.
+    assert len(sample) == firing and max(per_op.values()) == 1
+    assert [m.id for m in generate_mutants(baseline, patch, limit=firing, seed=7)] == \
         [m.id for m in sample]
     picked = {everything[0].id, everything[-1].id}
     assert {m.id for m in generate_mutants(baseline, patch, ids=picked)} == picked
@@ -138,6 +158,60 @@ def test_mutants_are_stable_and_sampling_is_even(feature: tuple[Path, bytes]) ->
         generate_mutants(baseline, patch, ids={"arith-0000000000"})
     with pytest.raises(ValueError, match="unknown mutation operator"):
         generate_mutants(baseline, patch, operators={"teleport"})
+
+
+def test_the_beyond_scope_mutates_executed_lines_the_reference_left_alone(
+        feature: tuple[Path, bytes]) -> None:
+    """Beyond the diff: the editable files' lines the reference's grade executed, less the
+    lines it changed, mutated by the same operators and sampled and scored apart."""
+    baseline, patch = feature
+    coverage = {"hidden:t.py::a": {"/w/graded/mod.py": [6, 7, 9], "/w/graded/tests/t.py": [1]},
+                "public-tests": {"/w/job/copy/mod.py": [12], "/w/other/notmine.py": [3]}}
+    lines = beyond_lines(coverage, patch, ["mod.py"])
+    # Lines 9 and 12 are the reference's own (diff scope); tests/ is not an editable file.
+    assert lines == {"mod.py": {6, 7}}
+    # Two operators keep this fast (a mutant's diff is a git call); every operator applies.
+    ops = {"insert-call", "delete-statement"}
+    both = generate_mutants(baseline, patch, beyond=lines, operators=ops)
+    beyond = [m for m in both if m.scope == "beyond"]
+    assert {(m.operator, m.line) for m in beyond} == {("insert-call", 7),
+                                                      ("delete-statement", 7)}
+    assert "torch.rand(())\nreturn x" in {m.mutated for m in beyond}
+    assert {m.id for m in both if m.scope == "diff"} == {m.id for m in generate_mutants(
+        baseline, patch, operators=ops)}
+    only = generate_mutants(baseline, patch, beyond=lines, include_diff=False, operators=ops)
+    assert {m.id for m in only} == {m.id for m in beyond}
+    # A limit samples scopes and operators evenly: both scopes are in a small sample.
+    assert {m.scope for m in generate_mutants(baseline, patch, beyond=lines, limit=4,
+                                              operators=ops)} == {"diff", "beyond"}
+
+
+def test_each_scope_is_scored_apart_and_the_goal_holds_for_each() -> None:
+    from grading.mutant_report import MutantResult, MutantsReport
+    from harness.oracle.strength import goal_met, render_markdown, score_report
+
+    def m(mid: str, scope: str) -> Mutant:
+        return Mutant(id=mid, operator="constant", family="classic", scope=scope,  # type: ignore[arg-type]
+                      path="p.py", line=1, original="a = 1", mutated="a = 2",
+                      change="-a = 1\n+a = 2\n", diff="d")
+    mutants = [m("d1", "diff"), m("d2", "diff"), m("b1", "beyond"), m("b2", "beyond")]
+    graded = MutantsReport(task_id="t", reference_verdict="complete", reference_duration_s=1,
+                           hidden_test_timeout_s=60, grader_source_sha256="g",
+                           hidden_tree_sha256="h", mutants=[
+                               MutantResult(id="d1", status="killed", killed_by="x"),
+                               MutantResult(id="d2", status="killed", killed_by="x"),
+                               MutantResult(id="b1", status="killed", killed_by="x"),
+                               MutantResult(id="b2", status="survived")])
+    report = score_report("t", mutants, graded, {}, seed=0, limit=None)
+    assert [(r.scope, r.mutants, r.detected, r.score) for r in report.by_scope] == [
+        ("diff", 2, 2, 1.0), ("beyond", 2, 1, 0.5)]
+    assert report.score == 0.75 and not goal_met(report)
+    text = render_markdown(report)
+    assert "Score: **75.0%** (diff 100.0%; beyond 50.0%)" in text
+    assert "goal 90% in each scope: NOT met" in text
+    marked = score_report("t", mutants, graded, {"b2": "a is never read again here"}, seed=0,
+                          limit=None)
+    assert [r.score for r in marked.by_scope] == [1.0, 1.0] and goal_met(marked)
 
 
 def test_sample_evenly_round_robins() -> None:
@@ -153,9 +227,11 @@ def test_sample_evenly_round_robins() -> None:
 def test_the_fixture_reference_yields_compiling_mutants(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline"
     snapshot_baseline(FIXTURE / "repo", baseline)
-    mutants = generate_mutants(baseline, REFERENCE.read_bytes())
-    assert len(mutants) >= 30
-    for m in mutants[::8]:  # every operator's diffs apply; a sample keeps the unit layer fast
+    # An even sample across operators (sampled before the diffs are made, so it is cheap):
+    # at least 30 mutants exist, and each sampled one's diff applies and parses.
+    mutants = generate_mutants(baseline, REFERENCE.read_bytes(), limit=30)
+    assert len(mutants) == 30
+    for m in mutants[::4]:
         tree = tmp_path / m.id
         from harness.infra.workspace import apply_patch
 
