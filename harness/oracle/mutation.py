@@ -213,11 +213,15 @@ def _is_rank(node: ast.AST) -> bool:
 
 
 class _Mutator(ast.NodeVisitor):
-    """Collects edits for nodes that start on a changed line."""
+    """Collects edits for nodes that start on a line in scope (``changed``)."""
 
-    def __init__(self, src: _Source, changed: set[int], *, has_torch: bool = False) -> None:
+    def __init__(self, src: _Source, changed: set[int], *, has_torch: bool = False,
+                 statements_by_first_line: bool = False) -> None:
         self.src = src
         self.changed = changed
+        # Beyond the diff, the lines in scope are those that ran, and a multi-line statement's
+        # continuation lines get no line event of their own: its first line decides.
+        self.statements_by_first_line = statements_by_first_line
         self.has_torch = has_torch  # the module binds ``torch`` (an inserted draw can use it)
         self.edits: list[_Edit] = []
         self.defaults: set[int] = set()  # ids of constants that are a default
@@ -243,7 +247,10 @@ class _Mutator(ast.NodeVisitor):
         return getattr(node, "lineno", 0) in self.changed
 
     def _whole(self, node: ast.AST) -> bool:
-        """Every line of the node is a changed line (safe to delete it)."""
+        """Every line of the node is a changed line (safe to delete it), or, by first line,
+        its first line is in scope."""
+        if self.statements_by_first_line:
+            return node.lineno in self.changed  # type: ignore[attr-defined]
         end = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
         return all(n in self.changed for n in range(node.lineno, end + 1))  # type: ignore[attr-defined]
 
@@ -493,10 +500,11 @@ def _binds_torch(tree: ast.Module) -> bool:
                for node in tree.body)
 
 
-def _edits(source: str, changed: set[int]) -> list[_Edit]:
+def _edits(source: str, changed: set[int], scope: Scope) -> list[_Edit]:
     src = _Source(source)
     tree = ast.parse(source)
-    mutator = _Mutator(src, changed, has_torch=_binds_torch(tree))
+    mutator = _Mutator(src, changed, has_torch=_binds_torch(tree),
+                       statements_by_first_line=scope == "beyond")
     mutator.visit(tree)
     return mutator.edits
 
@@ -519,13 +527,13 @@ def _compiles(source: str, path: str) -> bool:
     return True
 
 
-def _candidates(reference_tree: Path, changed: dict[str, set[int]]
-                ) -> Iterator[tuple[str, _Edit, str, str]]:
-    """(path, edit, original source, mutated source) for every distinct compiling mutant."""
-    seen: set[str] = set()
+def _candidates(reference_tree: Path, changed: dict[str, set[int]], scope: Scope,
+                seen: set[str]) -> Iterator[tuple[str, _Edit, str, str]]:
+    """(path, edit, original source, mutated source) for every compiling mutant not ``seen``
+    (shared by the scopes: a mutant is generated once)."""
     for path in sorted(changed):
         source = (reference_tree / path).read_text(encoding="utf-8")
-        for edit in _edits(source, changed[path]):
+        for edit in _edits(source, changed[path], scope):
             mutated = _apply_edit(source, edit)
             if mutated == source or not _compiles(mutated, path):
                 continue
@@ -576,8 +584,9 @@ def generate_mutants(baseline: Path, reference_patch: bytes, *, limit: int | Non
     with tempfile.TemporaryDirectory(prefix="harness-mutants-") as tmp:
         tree = Path(tmp) / "reference"
         apply_patch(baseline, reference_patch, tree)
+        seen: set[str] = set()
         for scope, lines in scopes:
-            for path, edit, source, mutated in _candidates(tree, lines):
+            for path, edit, source, mutated in _candidates(tree, lines, scope, seen):
                 if operators and edit.operator not in operators:
                     continue
                 mid = _mutant_id(edit.operator, path, mutated)

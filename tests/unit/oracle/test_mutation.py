@@ -186,6 +186,18 @@ def test_the_beyond_scope_mutates_executed_lines_the_reference_left_alone(
                                               operators=ops)} == {"diff", "beyond"}
 
 
+def test_beyond_the_diff_a_statement_is_in_scope_by_its_first_line() -> None:
+    """Coverage records a multi-line statement's first line only; the diff scope deletes a
+    statement only when the reference wrote every line of it."""
+    from harness.oracle.mutation import _edits
+
+    source = "def f(x):\n    y = g(x,\n          1)\n    return y\n"
+    def deleted(scope: str) -> bool:
+        return any(e.operator == "delete-statement" and e.first_line == 2
+                   for e in _edits(source, {2, 4}, scope))  # type: ignore[arg-type]
+    assert deleted("beyond") and not deleted("diff")
+
+
 def test_each_scope_is_scored_apart_and_the_goal_holds_for_each() -> None:
     from grading.mutant_report import MutantResult, MutantsReport
     from harness.oracle.strength import goal_met, render_markdown, score_report
