@@ -356,6 +356,42 @@ def candidate_default_cpu1(runs_dir: Path) -> Run:
                         ["--config", "cpu-1", "--steps", str(EQ_STEPS)], nproc=1)
 
 
+# Every option of train.py at a value other than its default (the pattern aside, which the
+# feature checks judge), for the default-pattern comparison with the pristine baseline.
+OTHER_OPTIONS: dict[str, list[str]] = {
+    "--seed": ["--seed", "3"], "--global-batch": ["--global-batch", "8"],
+    "--lr": ["--lr", "1e-3"], "--warmup-steps": ["--warmup-steps", "2"],
+    "--dtype": ["--dtype", "fp64"], "--n-layers": ["--n-layers", "3"],
+}
+OTHER_OPTIONS_STEPS = 6
+# The configurations whose code paths differ (one process, DDP, FSDP2 per block).
+OTHER_OPTIONS_CONFIGS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
+
+
+def other_options_pair(runs_dir: Path, config: str, options: list[str], tag: str
+                       ) -> tuple[Run, Run]:
+    """(pristine baseline, graded tree) with no pattern, ``OTHER_OPTIONS_STEPS`` steps of
+    ``options`` on ``config``."""
+    args = ["--config", config, "--steps", str(OTHER_OPTIONS_STEPS), *options]
+    nproc = 1 if config == "cpu-1" else 2
+    root = baseline_dir()
+    name = f"options-{tag}-{config}"
+    if root is None:
+        base = Run(name=f"baseline-{name}", out=runs_dir / f"baseline-{name}",
+                   skipped="GRADING_BASELINE is not set")
+    else:
+        base = launch_train(f"baseline-{name}", runs_dir, args, nproc=nproc, root=root)
+    return base, launch_train(f"candidate-{name}", runs_dir, args, nproc=nproc)
+
+
+@pytest.fixture(scope="session")
+def other_options_runs(runs_dir: Path) -> dict[str, tuple[Run, Run]]:
+    """Every option at a non-default value at once, per configuration."""
+    every = [arg for option in OTHER_OPTIONS.values() for arg in option]
+    return {config: other_options_pair(runs_dir, config, every, "all")
+            for config in OTHER_OPTIONS_CONFIGS}
+
+
 @pytest.fixture(scope="session")
 def candidate_resumes_baseline(runs_dir: Path, baseline_cpu1: Run) -> Run:
     name = "candidate-resumes-baseline-ckpt"

@@ -19,6 +19,7 @@ from typing import Any
 import judge_replay
 import source_facts
 import torch
+from conftest import OTHER_OPTIONS, OTHER_OPTIONS_CONFIGS, other_options_pair
 from oracle_lib import (
     EQ_STEPS,
     PROBE,
@@ -149,3 +150,63 @@ def test_no_new_dependencies(record_property: Any) -> None:
     assert not problems, f"files the judge could not parse for their imports: {problems[:4]}"
     assert not new, "modules neither the standard library, the tree's own nor the baseline's: " + \
         "; ".join(f"{m} (imported by {', '.join(sorted(f)[:3])})" for m, f in sorted(new.items()))
+
+
+@observed_in(JUDGE, OUTSIDE)
+def test_default_pattern_at_other_options_is_baseline_bitwise(
+    other_options_runs: dict[str, tuple[Any, Any]], runs_dir: Any, record_property: Any
+) -> None:
+    """With no --layer-pattern and every other option at a non-default value (--seed 3
+    --global-batch 8 --lr 1e-3 --warmup-steps 2 --dtype fp64 --n-layers 3), 6 steps of the
+    graded tree equal the pristine baseline's bit for bit (metrics.jsonl, final model and
+    optimizer state) on cpu-1, gloo-ddp-2 and gloo-fsdp-2: a path the feature changed that
+    runs only at another value of an option shows. On a difference, each option is run alone at
+    its other value to name the one whose path departs."""
+    record_property("oracle", "reference")
+    record_property("configurations", ",".join(OTHER_OPTIONS_CONFIGS))
+    record_property("tolerance", 0.0)
+    record_property("why", "TASK.md: the all-A model is exactly today's (parameters, keys, "
+                    "initial values and trajectory) whatever the options; the baseline runs in "
+                    "the same process layout, so any difference is the feature's")
+    departed = {}
+    for config, (base, cand) in other_options_runs.items():
+        base.require(record_property)
+        cand.require(record_property)
+        differs = _departure(base, cand)
+        record_property(f"{config}_departure", differs or "none")
+        if differs:
+            departed[config] = differs
+    if not departed:
+        return
+    # Name the option: each alone at its other value, on the first configuration that departed
+    # (only a failing candidate pays for these runs).
+    config, differs = next(iter(departed.items()))
+    culprits = []
+    for option, args in OTHER_OPTIONS.items():
+        b, c = other_options_pair(runs_dir, config, args, option.strip("-"))
+        b.require(record_property)
+        c.require(record_property)
+        if _departure(b, c):
+            culprits.append(" ".join(args))
+    record_property(f"{config}_options_departing_alone", str(culprits))
+    named = (f"departs with {', '.join(culprits)} alone" if culprits else
+             "departs only with the options combined")
+    raise AssertionError(f"with no pattern the graded tree is not the baseline at non-default "
+                         f"options on {', '.join(departed)} ({config}: {differs}); on {config} "
+                         f"it {named}")
+
+
+def _departure(base: Any, cand: Any) -> str:
+    """'' when the two runs are bitwise equal, else what differs first."""
+    if (cand.out / "run" / "metrics.jsonl").read_bytes() != \
+            (base.out / "run" / "metrics.jsonl").read_bytes():
+        return "metrics.jsonl (losses, LRs) differs"
+    got, want = cand.final(), base.final()
+    if not isinstance(got.get("model"), dict) or list(got["model"]) != list(want["model"]):
+        return "the final state's model keys differ"
+    for part in ("model", "optim"):
+        diff = tree_max_diff(got.get(part), want[part])
+        if not within(diff, 0.0):
+            where = f" (worst {worst_key(got[part], want[part])})" if part == "model" else ""
+            return f"final {part} differs by {diff:g}{where}"
+    return ""
