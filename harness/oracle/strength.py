@@ -51,6 +51,7 @@ from harness.oracle.mutation import (
     OPERATORS,
     SCOPES,
     Mutant,
+    Scope,
     beyond_lines,
     generate_mutants,
 )
@@ -84,7 +85,7 @@ class OperatorRow(BaseModel):
     operator: str
     family: str
     # Where the operator's mutants are (harness.oracle.mutation: "diff" or "beyond").
-    scope: str = "diff"
+    scope: Scope = "diff"
     mutants: int
     detected: int
     survived: int
@@ -92,7 +93,7 @@ class OperatorRow(BaseModel):
 
 
 class ScopeRow(BaseModel):
-    scope: str
+    scope: Scope
     mutants: int
     detected: int
     survived: int
@@ -549,13 +550,17 @@ def oracle_strength(options: OracleStrengthOptions,
         # The diff scope needs nothing graded: refuse a bad selection before any grading.
         # The beyond scope's lines are the reference's coverage, known once it is graded; a
         # selection is checked before against every editable line (a superset).
-        mutants = generate(None) if o.scope == "diff" else []
-        files = editable_python_files(baseline, reference, packet_dir / "packet.yaml")
-        if o.scope != "diff" and (o.ids or o.operators):
-            generate({rel: set(range(1, n + 1)) for rel, n in files.items()})
-        if o.scope == "diff" and not mutants:
-            raise HarnessError(f"no mutant of {task}'s reference could be generated",
-                               "the reference changes no Python line")
+        files: dict[str, int] = {}
+        if o.scope == "diff":
+            mutants = generate(None)
+            if not mutants:
+                raise HarnessError(f"no mutant of {task}'s reference could be generated",
+                                   "the reference changes no Python line")
+        else:
+            mutants = []
+            files = editable_python_files(baseline, reference, packet_dir / "packet.yaml")
+            if o.ids or o.operators:
+                generate({rel: set(range(1, n + 1)) for rel, n in files.items()})
         folder = Path(tmp) / "mutants"
         write_mutants(folder, mutants)
         reference_diff = Path(tmp) / "reference.diff"
