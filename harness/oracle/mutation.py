@@ -40,7 +40,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from harness.infra.workspace import apply_patch, compute_diff
+from harness.infra.workspace import DiffsFromBaseline, apply_patch
 
 T = TypeVar("T")
 Family = Literal["classic", "ml-systems", "insertion"]
@@ -599,7 +599,8 @@ def generate_mutants(baseline: Path, reference_patch: bytes, *, limit: int | Non
             if missing:
                 raise ValueError(f"no mutant with id(s) {sorted(missing)} (the reference "
                                  "changed, or the id is mistyped)")
-        return [_mutant(baseline, tree, c) for c in sample_evenly(by_operator, limit, seed)]
+        with DiffsFromBaseline(baseline) as diffs:
+            return [_mutant(diffs, tree, c) for c in sample_evenly(by_operator, limit, seed)]
 
 
 @dataclass(frozen=True)
@@ -614,7 +615,7 @@ class _Candidate:
     mutated: str
 
 
-def _mutant(baseline: Path, tree: Path, candidate: _Candidate) -> Mutant:
+def _mutant(diffs: DiffsFromBaseline, tree: Path, candidate: _Candidate) -> Mutant:
     """One mutant of the reference ``tree``: the edit as a reviewer reads it, and the diff
     from the baseline that is graded."""
     scope, path, edit = candidate.scope, candidate.path, candidate.edit
@@ -623,7 +624,7 @@ def _mutant(baseline: Path, tree: Path, candidate: _Candidate) -> Mutant:
     target = tree / path
     target.write_text(mutated, encoding="utf-8")
     try:
-        patch, _ = compute_diff(baseline, tree, max_diff_bytes=32 * 1024**2)
+        patch, _ = diffs.diff(tree, max_diff_bytes=32 * 1024**2)
     finally:
         target.write_text(source, encoding="utf-8")
     original_src, mutated_src = _Source(source), _Source(mutated)

@@ -24,10 +24,15 @@ from harness.infra.workspace.common import (
     UnsafeArchive,
 )
 from harness.infra.workspace.copies import snapshot_baseline
-from harness.infra.workspace.diff import apply_patch, check_applies, compute_diff
+from harness.infra.workspace.diff import (
+    DiffsFromBaseline,
+    apply_patch,
+    check_applies,
+    compute_diff,
+)
 
 __all__ = [
-    "AGENT_GID", "AGENT_UID", "DiffResult", "DiffTooLarge", "ExtractReport", "UnsafeArchive",
-    "apply_patch", "check_applies", "compute_diff", "extract_tree", "snapshot_baseline",
-    "tar_inputs", "workspace_archive",
+    "AGENT_GID", "AGENT_UID", "DiffResult", "DiffTooLarge", "DiffsFromBaseline", "ExtractReport",
+    "UnsafeArchive", "apply_patch", "check_applies", "compute_diff", "extract_tree",
+    "snapshot_baseline", "tar_inputs", "workspace_archive",
 ]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.infra.workspace.common import DiffResult, DiffTooLarge
 from harness.infra.workspace.copies import copy_tree
-from harness.infra.workspace.hostgit import commit_baseline, init_repo, run_git
+from harness.infra.workspace.hostgit import commit_baseline, init_repo, reset_index, run_git
 
 
 def compute_diff(baseline: Path, final: Path, *, max_diff_bytes: int) -> tuple[bytes, DiffResult]:
@@ -19,18 +20,69 @@ def compute_diff(baseline: Path, final: Path, *, max_diff_bytes: int) -> tuple[b
     out), the baseline committed, then ``final`` staged with ``add -A --force`` and diffed
     against HEAD. No change gives ``b""``. A patch over ``max_diff_bytes`` raises DiffTooLarge.
     """
-    with tempfile.TemporaryDirectory(prefix="harness-diff-") as tmp:
-        root = Path(tmp)
-        base_tree, final_tree, git_dir = root / "baseline", root / "final", root / "repo.git"
+    with DiffsFromBaseline(baseline) as diffs:
+        return diffs.diff(final, max_diff_bytes=max_diff_bytes)
+
+
+class DiffsFromBaseline:
+    """``compute_diff`` for many final trees of one baseline, the baseline copied and
+    committed once (the mutation analysis diffs hundreds of one-line variants of one tree;
+    the commit was most of each diff's git calls). Every diff stages its tree into an index
+    read afresh from the baseline's commit, whose entries carry no file status, so nothing
+    staged for an earlier tree can stand in for a file of this one."""
+
+    def __init__(self, baseline: Path) -> None:
+        self._baseline = baseline
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._diffs = 0
+        self._index_is_baseline = False
+
+    def __enter__(self) -> DiffsFromBaseline:
+        self._tmp = tempfile.TemporaryDirectory(prefix="harness-diff-")
+        root = Path(self._tmp.name)
+        base_tree = root / "baseline"
         base_tree.mkdir()
+        copy_tree(self._baseline, base_tree)
+        init_repo(self._git_dir)
+        commit_baseline(self._git_dir, base_tree)  # leaves the index read from the commit
+        self._index_is_baseline = True
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    @property
+    def _root(self) -> Path:
+        if self._tmp is None:
+            raise RuntimeError("DiffsFromBaseline is used outside its with block")
+        return Path(self._tmp.name)
+
+    @property
+    def _git_dir(self) -> Path:
+        return self._root / "repo.git"
+
+    def diff(self, final: Path, *, max_diff_bytes: int) -> tuple[bytes, DiffResult]:
+        """The patch from the baseline to ``final`` (as ``compute_diff``)."""
+        self._diffs += 1
+        final_tree = self._root / f"final-{self._diffs}"
         final_tree.mkdir()
-        copy_tree(baseline, base_tree)
+        try:
+            return self._diff(final, final_tree, max_diff_bytes)
+        finally:
+            shutil.rmtree(final_tree, ignore_errors=True)
+
+    def _diff(self, final: Path, final_tree: Path,
+              max_diff_bytes: int) -> tuple[bytes, DiffResult]:
+        git_dir = self._git_dir
         skipped = copy_tree(final, final_tree)
-        init_repo(git_dir)
-        commit_baseline(git_dir, base_tree)
+        if not self._index_is_baseline:
+            reset_index(git_dir)
+        self._index_is_baseline = False
         run_git(["add", "-A", "--force"], git_dir, final_tree)
 
-        patch_file = root / "change.patch"
+        patch_file = self._root / "change.patch"
         # Written to a file so an oversized patch is measured before it is ever read in.
         run_git(["diff", "--cached", "--binary", "--full-index", "--no-textconv", "--no-ext-diff",
               "--no-renames", "--no-color", f"--output={patch_file}", "HEAD"], git_dir)
@@ -42,21 +94,22 @@ def compute_diff(baseline: Path, final: Path, *, max_diff_bytes: int) -> tuple[b
                 "artifacts or data files the agent left in /workspace",
             )
         patch = patch_file.read_bytes()
+        patch_file.unlink()
         status = run_git(["diff", "--cached", "--name-status", "-z", "--no-renames", "HEAD"],
                          git_dir)
 
-    result = DiffResult(bytes=size, skipped=skipped)
-    fields = status.split(b"\0")
-    for letter, raw in zip(fields[0::2], fields[1::2], strict=False):
-        path = os.fsdecode(raw)
-        result.files_changed.append(path)
-        if letter == b"A":
-            result.added.append(path)
-        elif letter == b"D":
-            result.deleted.append(path)
-        else:  # M (content or mode) or T (type change, e.g. file -> symlink)
-            result.modified.append(path)
-    return patch, result
+        result = DiffResult(bytes=size, skipped=skipped)
+        fields = status.split(b"\0")
+        for letter, raw in zip(fields[0::2], fields[1::2], strict=False):
+            path = os.fsdecode(raw)
+            result.files_changed.append(path)
+            if letter == b"A":
+                result.added.append(path)
+            elif letter == b"D":
+                result.deleted.append(path)
+            else:  # M (content or mode) or T (type change, e.g. file -> symlink)
+                result.modified.append(path)
+        return patch, result
 
 
 def _apply(tree: Path, patch: bytes, scratch: Path, *, check: bool) -> None:

@@ -84,10 +84,12 @@ def commit_baseline(git_dir: Path, work_tree: Path) -> None:
     # Plumbing and no reflog: nothing but the commit itself (no COMMIT_EDITMSG, no dated log).
     run_git(["-c", "core.logAllRefUpdates=false", "update-ref", f"refs/heads/{BASELINE_BRANCH}",
           commit], git_dir)
-    _reset_index(git_dir)
+    reset_index(git_dir)
 
 
-def _reset_index(git_dir: Path) -> None:
+def reset_index(git_dir: Path) -> None:
+    """The index read afresh from HEAD: entries with no file status, so the next ``add``
+    hashes every file it stages."""
     # An index from read-tree carries no stat data (inode, ctime, ...): it is byte-identical on
     # every run, and git must compare content rather than trust stat info on the next `add`.
     (git_dir / "index").unlink(missing_ok=True)

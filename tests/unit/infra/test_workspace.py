@@ -16,6 +16,7 @@ from harness.errors import HarnessError
 from harness.infra.workspace import (
     AGENT_GID,
     AGENT_UID,
+    DiffsFromBaseline,
     DiffTooLarge,
     ExtractReport,
     UnsafeArchive,
@@ -377,6 +378,42 @@ def test_no_change_gives_empty_patch(tmp_path: Path) -> None:
     assert patch == b""
     assert result.bytes == 0 and result.files_changed == [] and result.skipped == []
     check_applies(baseline, patch)
+
+
+def test_many_diffs_from_one_baseline_are_each_a_fresh_diff(tmp_path: Path) -> None:
+    """The mutation analysis diffs one tree edited in place again and again: each diff from
+    the shared baseline commit is byte for byte a fresh ``compute_diff``, also when an edit
+    keeps the file's size and modification time (stat data must not stand in for content)
+    and when a file one tree added is gone from the next."""
+    baseline = baseline_of(tmp_path)
+    tree = tmp_path / "tree"
+    apply_patch(baseline, b"", tree)
+    mod = tree / "pkg" / "mod.py"
+    original = mod.read_bytes()
+    stamp = mod.stat()
+
+    def same_size_same_time(text: bytes) -> None:
+        assert len(text) == len(original)
+        mod.write_bytes(text)
+        os.utime(mod, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+    steps = [
+        lambda: same_size_same_time(original.replace(b"1", b"7")),
+        lambda: same_size_same_time(original.replace(b"1", b"8")),
+        lambda: (tree / "extra.py").write_text("x = 1\n"),
+        lambda: (tree / "extra.py").unlink(),
+        lambda: same_size_same_time(original),
+    ]
+    with DiffsFromBaseline(baseline) as diffs:
+        seen = []
+        for step in steps:
+            step()
+            shared = diffs.diff(tree, max_diff_bytes=BIG)
+            fresh = compute_diff(baseline, tree, max_diff_bytes=BIG)
+            assert shared[0] == fresh[0] and shared[1] == fresh[1]
+            seen.append(shared[0])
+    assert b"+    return 7" in seen[0] and b"+    return 8" in seen[1]
+    assert b"extra.py" in seen[2] and b"extra.py" not in seen[3] and seen[4] == b""
 
 
 def test_host_symlinks_stay_links(tmp_path: Path) -> None:
