@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import subprocess
 import sys
@@ -31,6 +33,34 @@ def harness(*args: str, env: dict[str, str] | None = None,
     """The CLI in a child process; the timeout only guards the suite against a hang."""
     return subprocess.run([*HARNESS, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI's entry point run in this process, returning what a child process would have:
+    its exit status, stdout and stderr. For the unit layer's many bad-input cases, where each
+    child process paid an interpreter start and the command's imports (matplotlib for the
+    report: a few seconds each). The integration layer runs the CLI as a child process, as a
+    user does; ``test_the_cli_in_a_child_process_agrees`` holds the two to the same output."""
+    from harness.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_env = sys.argv, dict(os.environ)
+    sys.argv = ["harness", *args]
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code: int = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if isinstance(exc.code, str):
+                    err.write(exc.code + "\n")
+    finally:
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["harness", *args], code, out.getvalue(), err.getvalue())
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], *words: str) -> str:

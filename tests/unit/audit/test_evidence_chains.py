@@ -31,7 +31,7 @@ from harness.records.attempt import (
 )
 from harness.records.grades import SnapshotGrade, SnapshotGrades
 from harness.records.transcript import TranscriptWriter
-from tests.helpers import harness, one_error_line
+from tests.helpers import one_error_line, run_cli
 
 COMMON = ["bash", "read_file", "write_file", "edit_file", "run_public_tests", "run_candidate",
           "submit"]
@@ -325,25 +325,25 @@ def test_the_command_line_shows_transcript_text_inert_and_refuses_in_one_line(
 ) -> None:
     hostile = "[bold red]markup[/] \x1b]0;title\x07 \u202eevil"
     attempt, seqs = regression_caught(tmp_path / "a", note_text=hostile)
-    result = harness("audit", "propose", str(attempt))
+    result = run_cli("audit", "propose", str(attempt))
     assert result.returncode == 0, result.stderr
     assert "[bold red]markup[/]" in result.stdout  # shown as written, never interpreted
     assert "\x1b" not in result.stdout and "\u202e" not in result.stdout
     assert "\\x1b]0;title\\x07" in result.stdout and "\\u202eevil" in result.stdout
     assert f"c{seqs['tc1']}" in result.stdout
     chain = f"c{seqs['tc1']}"
-    result = harness("audit", "judge", str(attempt), "--chain", chain, "--category", "helped",
+    result = run_cli("audit", "judge", str(attempt), "--chain", chain, "--category", "helped",
                      "--auditor", "[i]ann[/i]", "--note", "the revert fixed it")
     assert result.returncode == 0, result.stderr
-    shown = harness("audit", "show", str(attempt))
+    shown = run_cli("audit", "show", str(attempt))
     assert shown.returncode == 0, shown.stderr
     row = next(line for line in shown.stdout.splitlines() if chain in line)
     for cell in ("helped", "[i]ann[/i]", "the revert fixed it", "this one", "current"):
         assert cell in row, row
-    one_error_line(harness("audit", "judge", str(attempt), "--chain", "c1", "--category", "helped",
+    one_error_line(run_cli("audit", "judge", str(attempt), "--chain", "c1", "--category", "helped",
                            "--auditor", "a"), "not in the proposal")
-    one_error_line(harness("audit", "judge", str(attempt), "--chain", chain), "--category")
-    one_error_line(harness("audit", str(attempt)), "propose, judge, show")
+    one_error_line(run_cli("audit", "judge", str(attempt), "--chain", chain), "--category")
+    one_error_line(run_cli("audit", str(attempt)), "propose, judge, show")
     data = json.loads(AttemptPaths(root=attempt).chains.read_text())
     assert data["schema_version"] == chains.CHAINS_SCHEMA_VERSION
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_study
-from tests.helpers import harness, one_error_line
+from tests.helpers import one_error_line, run_cli
 
 
 def test_unknown_study_file(tmp_path: Path) -> None:
-    result = harness("session", "--study", str(tmp_path / "nope.yaml"), "--pair", "1",
+    result = run_cli("session", "--study", str(tmp_path / "nope.yaml"), "--pair", "1",
                      "--arm", "control")
     one_error_line(result, "nope.yaml", "does not exist")
 
@@ -19,10 +19,10 @@ def test_unknown_study_file(tmp_path: Path) -> None:
 def test_malformed_study_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ntasks: [\n")
-    one_error_line(harness("session", "--study", str(bad), "--pair", "1", "--arm",
+    one_error_line(run_cli("session", "--study", str(bad), "--pair", "1", "--arm",
                                   "control"), "not valid YAML")
     bad.write_text("name: x\ntasks: []\n")
-    one_error_line(harness("session", "--study", str(bad), "--pair", "1", "--arm",
+    one_error_line(run_cli("session", "--study", str(bad), "--pair", "1", "--arm",
                                   "control"), "bad.yaml")
 
 
@@ -32,21 +32,21 @@ def test_malformed_study_file(tmp_path: Path) -> None:
 ])
 def test_unknown_pair_or_arm(tmp_path: Path, pair: str, arm: str, words: tuple[str]) -> None:
     study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", pair, "--arm", arm)
+    result = run_cli("session", "--study", str(study), "--pair", pair, "--arm", arm)
     one_error_line(result, *words)
     assert not (tmp_path / "runs").exists()  # nothing was started or recorded
 
 
 def test_docker_daemon_down(tmp_path: Path) -> None:
     study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
+    result = run_cli("session", "--study", str(study), "--pair", "1", "--arm", "control",
                      env={"DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"})
     one_error_line(result, "Docker daemon")
     assert not (tmp_path / "runs").exists()
 
 
 def test_grade_of_unknown_session(tmp_path: Path) -> None:
-    result = harness("grade", str(tmp_path / "nothing"), "--runs", str(tmp_path))
+    result = run_cli("grade", str(tmp_path / "nothing"), "--runs", str(tmp_path))
     one_error_line(result, "no session found")
 
 
@@ -62,7 +62,7 @@ def test_existing_attempts_are_never_overwritten(tmp_path: Path) -> None:
 
 def test_malformed_model_override(tmp_path: Path) -> None:
     study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
+    result = run_cli("session", "--study", str(study), "--pair", "1", "--arm", "control",
                      "--model", "gpt-without-provider")
     one_error_line(result, "PROVIDER:NAME")
     assert not (tmp_path / "runs").exists()
@@ -74,7 +74,7 @@ def test_malformed_model_override(tmp_path: Path) -> None:
 ])
 def test_oracle_strength_bad_selection(option: str, value: str, words: tuple[str]) -> None:
     fixture = "tests/fixtures/task_packets/tiny-regression"
-    one_error_line(harness("oracle-strength", "--task", "tiny-regression", "--packet", fixture,
+    one_error_line(run_cli("oracle-strength", "--task", "tiny-regression", "--packet", fixture,
                            option, value), *words)
 
 
@@ -99,19 +99,19 @@ def test_study_errors_name_the_real_culprit(tmp_path: Path, edit: tuple[str, str
         assert edit[0] in text
         text = text.replace(edit[0], edit[1])
     study.write_text(text)
-    one_error_line(harness("matrix", "plan", "--study", str(study)), *words)
+    one_error_line(run_cli("matrix", "plan", "--study", str(study)), *words)
 
 
 def test_an_unknown_provider_is_named_as_such(tmp_path: Path) -> None:
     study = write_study(tmp_path, agent={"model": "mistral:large"})
-    line = one_error_line(harness("matrix", "plan", "--study", str(study)),
+    line = one_error_line(run_cli("matrix", "plan", "--study", str(study)),
                           "unknown provider 'mistral'", "anthropic:<model>")
     assert "^(" not in line  # no regex
 
 
 def test_a_study_path_from_the_environment_says_so(tmp_path: Path) -> None:
     missing = tmp_path / "gone.yaml"
-    result = harness("matrix", "plan", env={"HARNESS_STUDY": str(missing)})
+    result = run_cli("matrix", "plan", env={"HARNESS_STUDY": str(missing)})
     one_error_line(result, "gone.yaml", "does not exist", "came from $HARNESS_STUDY",
                    "unset $HARNESS_STUDY")
 
@@ -121,13 +121,13 @@ def test_a_gpu_count_this_host_cannot_give_leaves_nothing(
     tmp_path: Path, gpus: str, words: tuple[str, ...]
 ) -> None:
     study = write_study(tmp_path)
-    result = harness("session", "--study", str(study), "--pair", "1", "--arm", "control",
+    result = run_cli("session", "--study", str(study), "--pair", "1", "--arm", "control",
                      "--gpus", gpus, env={"HARNESS_GPU_IDS": ""})
     one_error_line(result, *words)
     assert not (tmp_path / "runs").exists()  # no attempt folder, finished or not
 
 
 def test_cleanup_takes_the_study_file(tmp_path: Path) -> None:
-    one_error_line(harness("cleanup", "--study", str(tmp_path / "nope.yaml")),
+    one_error_line(run_cli("cleanup", "--study", str(tmp_path / "nope.yaml")),
                    "nope.yaml", "does not exist")
-    one_error_line(harness("cleanup", "--study", "pilot"), "does not exist")
+    one_error_line(run_cli("cleanup", "--study", "pilot"), "does not exist")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.infra.host import DockerFacts, HostFacts, ImageFacts, configuration_support
-from tests.helpers import harness
+from tests.helpers import run_cli
 
 CONFIGS = ["cpu-1", "gloo-ddp-2", "gloo-fsdp-2", "cuda-ddp-2", "cuda-fsdp-2"]
 
@@ -37,7 +37,7 @@ def test_no_engine_means_nothing_runs() -> None:
 
 
 def test_doctor_without_an_engine_says_so_and_lists_every_task() -> None:
-    result = harness("doctor", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    result = run_cli("doctor", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 0, result.stderr
     assert "not reachable" in result.stdout
     for task in ("moe-router", "hybrid-arch"):

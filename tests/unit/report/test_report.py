@@ -15,7 +15,7 @@ from harness.audit.evidence import build_chains
 from harness.errors import HarnessError
 from harness.report.build import write_report
 from harness.report.model import EARLY_EVIDENCE, NO_PRICE, NOT_AUDITED
-from tests.helpers import harness, one_error_line
+from tests.helpers import one_error_line, run_cli
 from tests.report_recompute import compare, recompute
 from tests.report_records import (
     AttemptSpec,
@@ -265,7 +265,7 @@ def test_a_lock_that_does_not_verify_is_refused_and_nothing_is_written(tmp_path:
     built = full_study(tmp_path)
     (tmp_path / "packet/TASK.md").write_text("changed after the freeze\n")
     out = tmp_path / "out"
-    result = harness("report", "--study", str(built.study), "--out", str(out),
+    result = run_cli("report", "--study", str(built.study), "--out", str(out),
                      env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     one_error_line(result, "lock does not verify", "packet tiny-regression", "changed")
     assert not out.exists()
@@ -281,9 +281,9 @@ def test_a_lock_changed_after_sessions_ran_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_unknown_or_unfrozen_study_is_one_error_line(tmp_path: Path) -> None:
-    one_error_line(harness("report", "--study", str(tmp_path / "nope.yaml")), "does not exist")
+    one_error_line(run_cli("report", "--study", str(tmp_path / "nope.yaml")), "does not exist")
     study = write_study_file(tmp_path)
-    one_error_line(harness("report", "--study", str(study), "--out", str(tmp_path / "o")),
+    one_error_line(run_cli("report", "--study", str(study), "--out", str(tmp_path / "o")),
                    "is not frozen")
     assert not (tmp_path / "o").exists()
 
@@ -301,7 +301,7 @@ def test_the_page_is_self_contained(tmp_path: Path) -> None:
 def test_the_command_prints_a_summary_by_arm_and_writes_the_three_files(tmp_path: Path) -> None:
     built = full_study(tmp_path)
     out = tmp_path / "out"
-    result = harness("report", "--study", str(built.study), "--out", str(out),
+    result = run_cli("report", "--study", str(built.study), "--out", str(out),
                      env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md"]
