@@ -8,7 +8,7 @@ before and after a refactoring that must not change behaviour).
   and the grader image's id are left out: they differ on every run, or when only the grader's
   packaging changed, without any verdict changing.
 
-Reads the files directly (no harness import), so it runs against any checkout's records:
+It reads records as files, so it reads any checkout's records:
 
     .venv/bin/python scripts/attempt_digests.py runs/demo/moe-router-pair1-control/attempt-1
 """
@@ -21,6 +21,9 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from grading.hashing import file_sha256
+from harness.records.transcript import canonical_json
 
 
 def graded_facts(grade: dict[str, Any]) -> dict[str, Any]:
@@ -36,11 +39,6 @@ def graded_facts(grade: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def sha256_json(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("attempt", type=Path, help="an attempt folder (runs/<study>/<session>/"
@@ -51,12 +49,13 @@ def main() -> int:
         print(f"error: {diff} does not exist (fix: name an attempt folder that was submitted)",
               file=sys.stderr)
         return 2
-    print(f"diff   {hashlib.sha256(diff.read_bytes()).hexdigest()}  {diff}")
+    print(f"diff   {file_sha256(diff)}  {diff}")
     grades = sorted((attempt / "grades").glob("grade-*/out/grade.json"),
                     key=lambda p: int(p.parent.parent.name.removeprefix("grade-")))
     for path in grades:
         grade = json.loads(path.read_text())
-        print(f"grade  {sha256_json(graded_facts(grade))}  {path} ({grade['verdict']})")
+        facts = hashlib.sha256(canonical_json(graded_facts(grade))).hexdigest()
+        print(f"grade  {facts}  {path} ({grade['verdict']})")
     if not grades:
         print(f"error: {attempt} has no grade (fix: harness grade {attempt})", file=sys.stderr)
         return 2

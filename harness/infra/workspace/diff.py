@@ -27,15 +27,11 @@ def compute_diff(baseline: Path, final: Path, *, max_diff_bytes: int) -> tuple[b
 class DiffsFromBaseline:
     """``compute_diff`` for many final trees of one baseline, the baseline copied and
     committed once (the mutation analysis diffs hundreds of one-line variants of one tree;
-    the commit was most of each diff's git calls). Every diff stages its tree into an index
-    read afresh from the baseline's commit, whose entries carry no file status, so nothing
-    staged for an earlier tree can stand in for a file of this one."""
+    the commit was most of each diff's git calls)."""
 
     def __init__(self, baseline: Path) -> None:
         self._baseline = baseline
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._diffs = 0
-        self._index_is_baseline = False
 
     def __enter__(self) -> DiffsFromBaseline:
         self._tmp = tempfile.TemporaryDirectory(prefix="harness-diff-")
@@ -44,8 +40,7 @@ class DiffsFromBaseline:
         base_tree.mkdir()
         copy_tree(self._baseline, base_tree)
         init_repo(self._git_dir)
-        commit_baseline(self._git_dir, base_tree)  # leaves the index read from the commit
-        self._index_is_baseline = True
+        commit_baseline(self._git_dir, base_tree)
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -65,8 +60,7 @@ class DiffsFromBaseline:
 
     def diff(self, final: Path, *, max_diff_bytes: int) -> tuple[bytes, DiffResult]:
         """The patch from the baseline to ``final`` (as ``compute_diff``)."""
-        self._diffs += 1
-        final_tree = self._root / f"final-{self._diffs}"
+        final_tree = self._root / "final"
         final_tree.mkdir()
         try:
             return self._diff(final, final_tree, max_diff_bytes)
@@ -77,9 +71,10 @@ class DiffsFromBaseline:
               max_diff_bytes: int) -> tuple[bytes, DiffResult]:
         git_dir = self._git_dir
         skipped = copy_tree(final, final_tree)
-        if not self._index_is_baseline:
-            reset_index(git_dir)
-        self._index_is_baseline = False
+        # An index read afresh from the baseline's commit carries no file status: an earlier
+        # tree's entries (its copy gone, an inode reused within the same second) can never
+        # make a changed file of this one look unchanged.
+        reset_index(git_dir)
         run_git(["add", "-A", "--force"], git_dir, final_tree)
 
         patch_file = self._root / "change.patch"

@@ -382,9 +382,9 @@ def test_no_change_gives_empty_patch(tmp_path: Path) -> None:
 
 def test_many_diffs_from_one_baseline_are_each_a_fresh_diff(tmp_path: Path) -> None:
     """The mutation analysis diffs one tree edited in place again and again: each diff from
-    the shared baseline commit is byte for byte a fresh ``compute_diff``, also when an edit
-    keeps the file's size and modification time (stat data must not stand in for content)
-    and when a file one tree added is gone from the next."""
+    the shared baseline commit is byte for byte a fresh ``compute_diff``, through edits that
+    keep the file's size and modification time and a file one tree added and the next
+    removed."""
     baseline = baseline_of(tmp_path)
     tree = tmp_path / "tree"
     apply_patch(baseline, b"", tree)
