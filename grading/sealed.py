@@ -190,7 +190,12 @@ class _Reaper:
         return self.owner == os.getpid() and self.proc.poll() is None
 
     def kill_all(self) -> bool:
-        """True once the reaper saw no live candidate process left."""
+        """True once the reaper saw no live candidate process left.
+
+        A reaper that does not answer in time is ended here (the judge is root): its late
+        answer would otherwise be read as the next request's, and the candidate can slow it
+        (its scheduling priority and CPUs are the candidate's to set, see docs/grading.md).
+        The next candidate process starts a new one (``ensure_reaper``)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(b"reap\n")
@@ -198,8 +203,16 @@ class _Reaper:
             ready, _, _ = select.select([self.proc.stdout], [], [], _REAPER_ANSWER_S)
             answer = self.proc.stdout.readline() if ready else b""
         except OSError:
-            return False
+            answer = b""
+        if not answer.startswith((b"done", b"left")):
+            self.end()
         return answer.startswith(b"done")
+
+    def end(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
 
 
 _reaper: _Reaper | None = None

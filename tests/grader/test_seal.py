@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from seal_payload import PAYLOAD
 from support import (
     HIDDEN_DIR,
@@ -305,6 +306,29 @@ def test_the_candidate_cannot_signal_or_stop_its_reaper() -> None:
                                **sealed.popen_identity())
         assert tried.returncode != 0 and b"not permitted" in tried.stderr.lower()
     assert reaper.alive() and sealed.candidate_pids() == []
+
+
+def test_a_reaper_that_answers_late_is_replaced_and_its_answer_never_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidate can slow its reaper (its scheduling is the candidate's to set). One that
+    misses the answer window is ended, the round falls back to a kill from the candidate uid,
+    and the next job has a new reaper whose answers are its own: nothing late is read as the
+    next request's answer."""
+    monkeypatch.setattr(sealed, "_REAPER_ANSWER_S", 0.5)
+    sealed.ensure_reaper()
+    slow = sealed._reaper
+    assert slow is not None and slow.alive()
+    os.kill(slow.proc.pid, signal.SIGSTOP)  # the judge is root: a stand-in for a starved reaper
+    job = sealed.job_dir("late-reaper")
+    sleeper = subprocess.Popen(["sleep", "300"], cwd=job, start_new_session=True,
+                               **sealed.popen_identity())
+    sealed.end_job()
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL  # the fallback killed it
+    assert not slow.alive() and slow.proc.poll() is not None
+    sealed.ensure_reaper()
+    fresh = sealed._reaper
+    assert fresh is not None and fresh is not slow and fresh.alive()
+    assert fresh.kill_all() and fresh.alive()
 
 
 def test_a_survivor_that_hops_kills_helpers_and_ignores_signals_outlives_no_job() -> None:
