@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grading.confirm import crash_in_log, settle, wants_rerun
+from grading.confirm import crash_or_hang_in_log, settle, wants_rerun
 from grading.models import ContractResult, verdict_for
 
 
@@ -50,6 +50,20 @@ def test_what_asks_for_a_rerun() -> None:
                 "torch.distributed.elastic.multiprocessing.api: Signal 6 (SIGABRT) received",
                 "Fatal Python error: Segmentation fault",
                 "subprocess died with <Signals.SIGSEGV: 11>"):
-        assert crash_in_log(log), log
+        assert crash_or_hang_in_log(log), log
         assert wants_rerun(_run("fail"), log)
-    assert not crash_in_log("exitcode  : 1 (pid: 4242)")
+    assert not crash_or_hang_in_log("exitcode  : 1 (pid: 4242)")
+
+
+def test_a_failure_whose_log_shows_a_run_that_never_ended_is_run_again() -> None:
+    """The packet tests meet a two-rank run that printed its result and never exited with their
+    own timeout, and report a failing test (hybrid-arch's gold validation, 2026-12-05; these
+    lines are from its public-tests log): that is a hang, and a hang is confirmed by a rerun."""
+    seen = ("E           subprocess.TimeoutExpired: Command '['/opt/venv/bin/python', '-m', "
+            "'torch.distributed.run', '--nproc-per-node', '2', 'train.py', '--config', "
+            "'gloo-ddp-2']' timed out after 180 seconds\n"
+            "/usr/lib/python3.11/subprocess.py:1251: TimeoutExpired")
+    assert wants_rerun(_run("fail"), seen)
+    assert wants_rerun(_run("fail"), "+++++++++++ Timeout +++++++++++")
+    assert not wants_rerun(_run("fail"), "FAILED tests/test_x.py::test_timeout_option - "
+                                         "assert 3 == 4")
