@@ -100,6 +100,10 @@ def grade_cmd(
     snapshots: Annotated[bool, typer.Option(
         "--snapshots", help="grade every trajectory snapshot instead (blind, each in a fresh "
         "grader container) into grades/snapshots.json")] = False,
+    reuse: Annotated[bool, typer.Option(
+        "--reuse/--no-reuse", help="--snapshots: copy a grading of exactly the same inputs "
+        "(grader image and code, task, baseline, hidden tree, diff) that another verified "
+        "attempt of the study holds, instead of grading them again")] = True,
 ) -> None:
     """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
     from harness.infra.images import docker_client
@@ -115,15 +119,17 @@ def grade_cmd(
     client = docker_client()
     check_attempt(attempt, client)  # a study session: refused when its lock drifted
     if snapshots:
-        graded = grade_snapshots(attempt, client=client, log=log)
+        graded = grade_snapshots(attempt, client=client, log=log, reuse_gradings=reuse)
         table = Table(title=f"snapshots of {attempt}")
-        for column in ("snapshot", "trigger", "verdict", "failing contracts"):
+        for column in ("snapshot", "trigger", "verdict", "failing contracts", "graded in"):
             table.add_column(column)
         for snap in graded.snapshots:
             failing = [c for c, o in snap.contracts.items() if o != "pass"]
             # Contract ids can hold brackets (pytest parameters): plain text, not markup.
             table.add_row(str(snap.index), snap.trigger, escape(snap.verdict),
-                          escape(", ".join(failing) or snap.reason or "-"))
+                          escape(", ".join(failing) or snap.reason or "-"),
+                          escape(f"copy of {snap.reused_from}" if snap.reused_from
+                                 else snap.folder))
         console.print(table)
         if any(s.verdict == GRADER_ERROR for s in graded.snapshots):
             raise typer.Exit(1)

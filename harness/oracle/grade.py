@@ -37,6 +37,7 @@ from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.sandbox import ExecResult, Sandbox, SandboxLimits
 from harness.infra.workspace import tar_inputs
+from harness.oracle import reuse
 from harness.records import events
 from harness.records.attempt import (
     GRADER_ERROR,
@@ -347,11 +348,24 @@ def grade_attempt(
     return summary
 
 
+def _bound_source_report(source: Path, key: reuse.GradingInputs) -> GradeReport | None:
+    """A reusable grading's grade, held to the inputs as a fresh one is (``bind_report``, with
+    the submission id that grading was given); None when it does not bind."""
+    try:
+        record = json.loads((source / reuse.GRADER_RECORD).read_bytes())
+        expected = Expected(submission_id=record["submission_id"],
+                            **key.model_dump(exclude={"grader_image_id"}))
+        return bind_report((source / "out" / "grade.json").read_bytes(), expected)
+    except (OSError, ValueError, KeyError, TypeError, GraderFailed):
+        return None
+
+
 def grade_snapshots(
     attempt_dir: Path,
     *,
     client: docker.DockerClient | None = None,
     log: Callable[[str], None] = print,
+    reuse_gradings: bool = True,
 ) -> SnapshotGrades:
     """Grade every trajectory snapshot of an attempt, each distinct diff in a fresh grader
     container (snapshots of the same diff share its grading: ``same_diff_as``).
@@ -359,6 +373,8 @@ def grade_snapshots(
     Blind: a grader sees an opaque submission id and a diff, never the arm, the session or
     the snapshot's position; the snapshots are graded in a random order, into folders
     numbered in that order, and only ``snapshots.json`` maps them back to the timeline.
+    ``reuse_gradings``: a diff whose exact inputs another verified attempt of the study already
+    graded gets a copy of that grading (``harness.oracle.reuse``) instead of a new one.
     """
     record = require_verified(attempt_dir)  # every snapshot is the one its event recorded
     paths = AttemptPaths(root=attempt_dir)
@@ -382,23 +398,45 @@ def grade_snapshots(
         first_by_diff.setdefault(snap.sha256, snap)
     order = list(first_by_diff.values())
     random.SystemRandom().shuffle(order)
+    packet_yaml = Path(record.packet_dir) / "packet.yaml"
+    study_dir = reuse.study_folder(attempt_dir)
+    same_inputs = {
+        "grader_image_id": images.image_id(client, "grader"),
+        "task_id": load_packet_spec(packet_yaml).id,
+        "baseline_tree_sha256": tree_sha256(paths.baseline),
+        "hidden_tree_sha256": tree_sha256(Path(record.hidden_dir)),
+        "grader_source_sha256": grader_source_sha256(),
+    }
     graded: dict[str, SnapshotGrade] = {}
     for snap in order:
         assert snap.diff is not None and snap.sha256 is not None
         out_dir = new_numbered_dir(paths.snapshot_grade_dirs, "grade")
         folder = str(out_dir.relative_to(attempt_dir))
-        inputs = GraderInputs(baseline=paths.baseline,
-                              packet_yaml=Path(record.packet_dir) / "packet.yaml",
-                              hidden=Path(record.hidden_dir), diff=attempt_dir / snap.diff)
-        log(f"grading a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)})")
         entry = SnapshotGrade(index=snap.index, trigger=snap.trigger, call_id=snap.call_id,
                               diff_sha256=snap.sha256, folder=folder, verdict=GRADER_ERROR)
-        try:
-            report = grade_diff(inputs, out_dir, client=client)
+        key = reuse.GradingInputs(diff_sha256=snap.sha256, **same_inputs)
+        found = reuse.find_reusable(study_dir, key, exclude=attempt_dir) if reuse_gradings \
+            else None
+        report = _bound_source_report(found[0], key) if found is not None else None
+        if found is not None and report is not None:
+            source, digest = found
+            reuse.copy_grading(source, digest, study_dir, key, out_dir)
+            entry.reused_from = source.relative_to(study_dir).as_posix()
+            log(f"a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)}): the "
+                f"same inputs were graded in {entry.reused_from}; copied")
+        else:
+            report = None
+            inputs = GraderInputs(baseline=paths.baseline, packet_yaml=packet_yaml,
+                                  hidden=Path(record.hidden_dir), diff=attempt_dir / snap.diff)
+            log(f"grading a snapshot of {record.session_id} ({len(graded) + 1} of "
+                f"{len(order)})")
+            try:
+                report = grade_diff(inputs, out_dir, client=client)
+            except GraderFailed as exc:
+                entry.reason = exc.reason
+        if report is not None:
             entry.verdict = report.verdict
             entry.contracts = {c.id: c.outcome for c in report.contracts}
-        except GraderFailed as exc:
-            entry.reason = exc.reason
         graded[snap.sha256] = entry
     entries = []
     for snap in snapshots:

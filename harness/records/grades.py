@@ -23,13 +23,17 @@ class SnapshotGrade(BaseModel):
     contracts: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
     same_diff_as: int | None = None
+    # The grading, under the study folder, that ``folder`` is a byte copy of: another verified
+    # attempt graded exactly these inputs (harness.oracle.reuse; ``folder``/reused.json).
+    reused_from: str | None = None
 
 
 class SnapshotGrades(BaseModel):
     """``grades/snapshots.json``: every snapshot of an attempt, graded post hoc and blind."""
 
     # 2: snapshots with the same diff share one grading (``SnapshotGrade.same_diff_as``).
-    schema_version: int = 2
+    # 3: a grading may be a copy of another attempt's of the same inputs (``reused_from``).
+    schema_version: int = 3
     graded_at: str
     snapshots: list[SnapshotGrade]
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.oracle import reuse
 from harness.paths import REPO_ROOT
 from harness.records import events
 from harness.records.attempt import (
@@ -44,8 +45,9 @@ def regression_and_repair() -> list[dict[str, Any]]:
             steps[-1]]
 
 
-# Two gradings in a row (four snapshots of two distinct diffs): longer than one test's default.
-@pytest.mark.timeout(1200)
+# Two gradings in a row (four snapshots of two distinct diffs), then a second session whose
+# gradings are copies: longer than one test's default.
+@pytest.mark.timeout(1500)
 def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
     tmp_path: Path,
 ) -> None:
@@ -92,6 +94,44 @@ def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
         assert record.session_id not in json.dumps(host_record["expected"])
     verdict = verify_attempt(attempt)
     assert verdict.ok and not verdict.notes, verdict
+
+    # Another session of the study writes the same code: its snapshots' gradings are copies of
+    # the ones above (same grader, task, baseline, hidden tree and diffs), named as such.
+    again = run_session(SessionOptions(study_path=study, pair=1, arm="treatment", grade=False),
+                        log=lambda _m: None)
+    result = harness("grade", str(again), "--snapshots")
+    assert result.returncode == 0, result.stdout + result.stderr
+    copied = SnapshotGrades.model_validate_json((again / SNAPSHOT_GRADES_NAME).read_text())
+    assert [s.verdict for s in copied.snapshots] == verdicts
+    study_dir = attempt.parent.parent
+    sources = {s.diff_sha256: (attempt / s.folder).relative_to(study_dir).as_posix()
+               for s in graded.snapshots if s.same_diff_as is None}
+    assert {s.reused_from for s in copied.snapshots} == set(sources.values())
+    for copy in copied.snapshots:
+        assert copy.reused_from == sources[copy.diff_sha256]
+        source = study_dir / copy.reused_from
+        assert (again / copy.folder / "out/grade.json").read_bytes() == \
+            (source / "out/grade.json").read_bytes()
+        said = json.loads((again / copy.folder / "reused.json").read_text())
+        assert said["source"] == copy.reused_from and said["inputs"]["diff_sha256"] == \
+            copy.diff_sha256
+    verdict = verify_attempt(again)
+    assert verdict.ok and not verdict.notes, verdict
+
+    # A source whose files no longer match its attempt's manifest is never copied; nor is a
+    # grading the caller asked not to reuse: both grade afresh (not run here, shown by lookup).
+    broken_source = study_dir / sources[broken.diff_sha256]
+    key = reuse.GradingInputs.model_validate(
+        {**{k: v for k, v in json.loads((broken_source / "grader.json").read_text())
+            ["expected"].items() if k != "submission_id"},
+         "grader_image_id": json.loads((broken_source / "grader.json").read_text())
+         ["grader_image_id"]})
+    assert reuse.find_reusable(study_dir, key, exclude=again) is not None
+    log = broken_source / "grader-output.log"
+    log.write_bytes(log.read_bytes() + b"edited\n")
+    assert reuse.find_reusable(study_dir, key, exclude=again) is None
+    # The copy is a copy: it is never itself a source.
+    assert reuse.find_reusable(study_dir, key, exclude=attempt) is None
 
 
 def test_a_snapshot_file_that_does_not_match_its_event_is_refused(tmp_path: Path) -> None:
