@@ -16,6 +16,11 @@ program that exits while gloo holds its tensors, to show the detector sees this 
 
 ``--repo-root`` points at another checkout (``git worktree add /tmp/old <commit>``) to measure
 the code before a change with the same loop.
+
+``--public-path`` runs the packet tests' own two-rank command instead (gloo-ddp-2, 20 fp64
+steps, output read through pipes as the test reads it), in the grader image as the candidate
+uid, one run at a time (the host's other work is the load), and records where every process
+of a run that has not ended after ``--stall-s`` waits (teardown/public_path_loop.py).
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ from harness.infra.sandbox import Sandbox, SandboxLimits  # noqa: E402
 from harness.infra.workspace import apply_patch, snapshot_baseline, workspace_archive  # noqa: E402
 from harness.records.packets import load_packet  # noqa: E402
 
+CANDIDATE_USER = "2000:2000"  # the grader image's candidate uid (images/grader/Dockerfile)
 HELPERS = Path(__file__).resolve().parent / "teardown"
+PUBLIC_LINE = re.compile(r"^run (\d+) rc=(-?\d+) wall=([\d.]+) stalled=([01])$")
 LINE = re.compile(r"^run (\d+) (\S+) rc=(-?\d+) abort=([01]) gloo_threads_at_exit=(\d+)$")
 
 
@@ -127,6 +134,71 @@ def summary_rows(name: str, result: LoopResult) -> list[str]:
             f"{result.wall_s / 60:.1f} min |"]
 
 
+class PublicRun(BaseModel):
+    index: int
+    exit_code: int
+    wall_s: float
+    stalled: bool
+
+
+def public_path_loop(client: docker.DockerClient, tree: Path, *, runs: int, stall_s: float,
+                     labels: dict[str, str], artifact: Path) -> tuple[list[PublicRun], list[str]]:
+    """public_path_loop.py in a grader container, run as the candidate uid."""
+    from harness.oracle.grade import grader_sandbox  # the grader's own container settings
+
+    args = ["train.py", "--config", "gloo-ddp-2", "--steps", "20", "--dtype", "fp64",
+            "--out", "{run}/out"]
+    with grader_sandbox(client, image_tag("grader"), labels=labels,
+                        name_hint="public-path-loop") as box:
+        box.put_archive("/workspace", workspace_archive(tree))
+        result = box.exec(["python", ".teardown/public_path_loop.py", str(runs), str(stall_s),
+                           "--", *args], timeout_s=runs * (stall_s + 60), artifact=artifact,
+                          user=CANDIDATE_USER)
+    found: list[PublicRun] = []
+    evidence: list[str] = []
+    for line in artifact.read_text(errors="replace").splitlines():
+        if m := PUBLIC_LINE.match(line.strip()):
+            found.append(PublicRun(index=int(m[1]), exit_code=int(m[2]), wall_s=float(m[3]),
+                                   stalled=m[4] == "1"))
+        elif line.startswith("    ") and found:
+            evidence.append(f"run {found[-1].index}: {line.strip()}")
+    if result.exit_code != 0 or len(found) != runs:
+        raise SystemExit(f"the loop did not finish: exit {result.exit_code}, {len(found)} of "
+                         f"{runs} runs reported\n{result.output[-3000:]}")
+    return found, evidence
+
+
+def public_path_main(a: argparse.Namespace) -> None:
+    client = docker.from_env()
+    labels = {"harness.teardown-loop": "1"}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="public-path-loop-") as tmp:
+        tree = build_tree(a.repo_root, a.task, a.variant, Path(tmp))
+        found, evidence = public_path_loop(client, tree, runs=a.runs, stall_s=a.stall_s,
+                                           labels=labels, artifact=Path(tmp) / "loop.log")
+    walls = sorted(r.wall_s for r in found)
+    lines = [
+        f"# Public-test path loop: {a.task} ({a.variant})", "",
+        f"{dt.date.today().isoformat()}, grader image "
+        f"`{client.images.get(image_tag('grader')).id[:19]}`, checkout `{a.repo_root}`; one run "
+        f"at a time as the candidate uid, the packet test's command read through pipes; a run "
+        f"not ended after {a.stall_s:g} s counts as stalled.", "",
+        "| runs | exit != 0 | stalled | median wall | slowest | loop wall |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {len(found)} | {sum(1 for r in found if r.exit_code != 0)} | "
+        f"{sum(1 for r in found if r.stalled)} | {walls[len(walls) // 2]:.1f} s | "
+        f"{walls[-1]:.1f} s | {(time.monotonic() - started) / 60:.1f} min |",
+    ]
+    if evidence:
+        lines += ["", "Stalled or failed runs: processes and stacks:", "", "```",
+                  *evidence[:400], "```"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.report:
+        a.report.parent.mkdir(parents=True, exist_ok=True)
+        a.report.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True)
@@ -138,7 +210,14 @@ def main() -> None:
     parser.add_argument("--repo-root", type=Path, default=ROOT,
                         help="checkout whose packets and hidden reference are run")
     parser.add_argument("--report", type=Path)
+    parser.add_argument("--public-path", action="store_true",
+                        help="the packet tests' two-rank command, through pipes, in the grader")
+    parser.add_argument("--stall-s", type=float, default=90.0,
+                        help="--public-path: a run not ended by then is stalled")
     a = parser.parse_args()
+    if a.public_path:
+        public_path_main(a)
+        return
 
     client = docker.from_env()
     image = image_tag("control")

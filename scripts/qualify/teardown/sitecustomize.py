@@ -37,3 +37,10 @@ atexit.register(_census)
 if "RANK" in os.environ and os.environ.get("TEARDOWN_STACKS_AFTER_S"):
     faulthandler.dump_traceback_later(float(os.environ["TEARDOWN_STACKS_AFTER_S"]), exit=False)
     atexit.register(faulthandler.cancel_dump_traceback_later)
+
+# public_path_loop.py: every process of a run (the launcher too) writes its threads' stacks
+# to stderr when the loop finds the run stalled and sends SIGUSR1.
+if os.environ.get("TEARDOWN_PUBLIC_PATH_RUN"):
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
