@@ -109,9 +109,12 @@ def find_reusable(study_dir: Path, inputs: GradingInputs, *,
     """A grading of exactly ``inputs`` in a verified attempt under ``study_dir``: (its folder,
     the digest of its manifest). ``exclude``: an attempt not to look in (the one being graded)."""
     patterns = ("*/attempt-*/grades/grade-*", "*/attempt-*/grades/snapshots/grade-*")
+    home = study_dir.resolve()
     for pattern in patterns:
         for grading_dir in sorted(study_dir.glob(pattern)):
-            if grading_dir.is_symlink() or not grading_dir.is_dir():
+            # glob follows a linked session or attempt folder: only the study's own records.
+            if grading_dir.is_symlink() or not grading_dir.is_dir() \
+                    or not grading_dir.resolve().is_relative_to(home):
                 continue
             if (grading_dir / REUSED_RECORD).exists():
                 continue  # a copy: its source is the one to name
