@@ -20,6 +20,7 @@ INFRA = {"harness_error", "sandbox_lost", "provider_error:retries_exhausted",
 PASSING = {"complete", "complete_on_cpu"}
 FAILING = {"fail", "crash", "hang", "flaky", "diff_rejected"}
 CLASS = {"fail": "silent_regression"}
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _sha(path: Path) -> str:
@@ -54,9 +55,34 @@ def _grade(folder: Path) -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
-def recompute(study_file: Path) -> dict[str, Any]:
+def _is_figure(name: str) -> bool:
+    """README, the report's section 4: held-out loss, memory, throughput and time the checks
+    record, of the submission's own runs (never the baseline's, the reference's or a claim)."""
+    low = name.lower()
+    own = low[len("run:"):] if low.startswith("run:") else low
+    if any(own.startswith(p) for p in ("reference", "reported", "expected", "baseline")):
+        return False
+    loss = low == "heldout_loss" or low.endswith("_heldout_loss")
+    memory = "memory" in low or ("peak" in low and low.endswith(("_bytes", "_mb", "_mib", "_gib")))
+    throughput = "throughput" in low or low.endswith(("_per_s", "per_second"))
+    time = low == "train_s" or low.endswith((":wall_s", "_wall_s"))
+    return loss or memory or throughput or time
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def recompute(study_file: Path, repo_root: Path = REPO) -> dict[str, Any]:
+    """``repo_root``: the checkout a relative ``runs_dir`` (default ``runs``) is under."""
     study = yaml.safe_load(study_file.read_text())
-    runs = Path(study["runs_dir"]) / study["name"]
+    runs_dir = Path(study.get("runs_dir", "runs"))
+    runs = (runs_dir if runs_dir.is_absolute() else repo_root / runs_dir) / study["name"]
     lock_path = sorted((runs / "locks").glob("rev-*.json"))[-1]
     lock_sha = _sha(lock_path)
     lock = json.loads(lock_path.read_text())
@@ -109,8 +135,8 @@ def recompute(study_file: Path) -> dict[str, Any]:
             out["contracts"][key] = out["contracts"].get(key, 0) + 1
             if verdict in PASSING:
                 for name, value in (contract["evidence"].get("properties") or {}).items():
-                    if name in ("heldout_loss", "train_s"):
-                        out["quality"].append((sid, name, float(value)))
+                    if _is_figure(str(name)) and (number := _as_number(value)) is not None:
+                        out["quality"].append((sid, name, number))
         lines = _lines(folder / "transcript.jsonl")
         snaps_path = folder / "grades/snapshots.json"
         first = None

@@ -136,8 +136,11 @@ def contracts_section(records: StudyRecords) -> ContractsSection:
 def figure_kind(name: str) -> str | None:
     """Which task figure a recorded property is, by its name; None: not a figure."""
     low = name.lower()
-    if low.startswith(("reference", "reported", "expected")):
-        return None  # the reference's or the candidate's own claim, not the judge's measure
+    subject = low.removeprefix("run:")  # a check's run: ``run:<job>:wall_s``
+    if subject.startswith(("reference", "reported", "expected", "baseline")):
+        # The reference's, the pristine baseline's (a check's comparison run), or the
+        # candidate's own claim: not the judge's measure of the submission.
+        return None
     if low == "heldout_loss" or low.endswith("_heldout_loss"):
         return "held-out loss"
     if "memory" in low or ("peak" in low and low.endswith(("_bytes", "_mb", "_mib", "_gib"))):

@@ -7,7 +7,6 @@ only the money lines."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 from pathlib import Path
@@ -19,9 +18,9 @@ import yaml
 
 from tests.helpers import harness
 from tests.integration.report_study import TINY, ReportStudy, build
+from tests.report_page import CHROMIUM, page_problems
 from tests.report_recompute import compare, recompute
 
-CHROMIUM = "/usr/bin/chromium"
 CONTROL1, TREATMENT1 = f"{TINY}-pair1-control", f"{TINY}-pair1-treatment"
 CONTROL2, TREATMENT2 = f"{TINY}-pair2-control", f"{TINY}-pair2-treatment"
 
@@ -106,48 +105,13 @@ def test_each_state_of_the_study_is_shown_as_described(
         assert words in text, words
 
 
-def _ink(png: bytes) -> tuple[float, int]:
-    """(share of pixels that are not near-white, distinct colours) of a screenshot."""
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    total = image.width * image.height
-    counted = image.getcolors(maxcolors=total) or []  # (pixels, colour) for each colour
-    ink = sum(n for n, (r, g, b) in counted if min(r, g, b) < 230)
-    return ink / total, len(counted)
-
-
 def test_every_plot_is_visible_in_headless_chromium(
     written: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     assert Path(CHROMIUM).is_file(), "scripts/setup.sh installs Debian's chromium"
-    page_path = written[0] / "report.html"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            requests: list[str] = []
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(page_path.as_uri())
-            figures = page.locator("figure.plot")
-            assert figures.count() == 4
-            for i in range(figures.count()):
-                figure = figures.nth(i)
-                image = figure.locator("img")
-                size = image.evaluate("img => [img.complete, img.naturalWidth, "
-                                      "img.naturalHeight]")
-                assert size[0] and size[1] > 100 and size[2] > 100, (i, size)
-                box = image.bounding_box()
-                assert box is not None and box["width"] > 200 and box["height"] > 100, box
-                share, colours = _ink(image.screenshot())  # what the screen shows, drawn
-                assert share > 0.02 and colours > 8, (figure.get_attribute("id"), share)
-            (tmp_path / "page.png").write_bytes(page.screenshot(full_page=True))
-        finally:
-            browser.close()
-    # Nothing but the page itself and its data: URIs was loaded.
-    assert all(url.startswith(("file://", "data:")) for url in requests), requests
+    shot = tmp_path / "page.png"
+    assert page_problems(written[0] / "report.html", shot) == []
+    assert shot.stat().st_size > 10_000
 
 
 def test_a_price_change_moves_only_the_money_lines(

@@ -60,8 +60,11 @@ def full_study(tmp: Path) -> Built:
     built.attempt(AttemptSpec(
         session=built.session(1, "control"),
         steps=[Step("run_public_tests", passing("hidden:test_b")), Step("submit", passing())],
-        final=passing(), properties={"hidden:test_c": {"heldout_loss": "0.61", "train_s": "9.5",
-                                                       "reference_heldout_loss": "0.6"}}))
+        final=passing(), properties={"hidden:test_c": {
+            "heldout_loss": "0.61", "train_s": "9.5", "reference_heldout_loss": "0.6",
+            # A check's own run and its run of the pristine baseline, as hybrid-arch records
+            # them: only the first is the submission's.
+            "run:candidate-cpu1:wall_s": 4.5, "run:baseline-cpu1:wall_s": 4.0}}))
     treated = built.attempt(AttemptSpec(
         session=built.session(1, "treatment"),
         steps=[Step("run_public_tests", passing("hidden:test_b")),
@@ -122,7 +125,9 @@ def test_every_section_is_recomputed_independently_from_the_records(tmp_path: Pa
                                                    ("hidden:test_a", 3, 4, False)]
     assert treatment["first_passing_snapshot"] is None
     assert [p["diagnostic"] for p in treatment["snapshots"]] == [False, True, False, False]
-    assert [f["kind"] for f in data["quality"]["figures"]] == ["held-out loss", "time"]
+    assert [(f["figure"], f["kind"]) for f in data["quality"]["figures"]] == [
+        ("heldout_loss", "held-out loss"), ("run:candidate-cpu1:wall_s", "time"),
+        ("train_s", "time")]
 
     [diagnostic] = data["diagnostics"]["sessions"]
     assert (diagnostic["reports_with_violations"], diagnostic["audited"],
