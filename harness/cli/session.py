@@ -102,8 +102,8 @@ def grade_cmd(
         "grader container) into grades/snapshots.json")] = False,
     reuse: Annotated[bool, typer.Option(
         "--reuse/--no-reuse", help="--snapshots: copy a grading of exactly the same inputs "
-        "(grader image and code, task, baseline, hidden tree, diff) that another verified "
-        "attempt of the study holds, instead of grading them again")] = True,
+        "(grader image and code, task, packet.yaml, baseline, hidden tree, diff) that another "
+        "verified attempt of the study holds, instead of grading them again")] = True,
 ) -> None:
     """Grade a session's diff in a fresh grader container (re-grading adds a new folder)."""
     from harness.infra.images import docker_client

@@ -18,6 +18,7 @@ that exits non-zero, is killed or times out is a ``grader_error``, whatever it l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -271,7 +272,9 @@ def grade_diff(
         grader_source_sha256=grader_source_sha256(),
     )
     record: dict[str, object] = {"grader_image_id": grader_id, "submission_id": submission_id,
-              "graded_at": utc_timestamp(), "expected": expected.model_dump()}
+              "graded_at": utc_timestamp(), "expected": expected.model_dump(),
+              # An input the grade itself does not carry (harness.oracle.reuse keys on it).
+              "packet_yaml_sha256": hashlib.sha256(inputs.packet_yaml.read_bytes()).hexdigest()}
     try:
         with grader_sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
                             labels={"org.harness.role": "grader",
@@ -348,16 +351,35 @@ def grade_attempt(
     return summary
 
 
-def _bound_source_report(source: Path, key: reuse.GradingInputs) -> GradeReport | None:
-    """A reusable grading's grade, held to the inputs as a fresh one is (``bind_report``, with
-    the submission id that grading was given); None when it does not bind."""
+def _prefixed(log: Callable[[str], None], where: str, message: str) -> None:
+    log(f"{where}: {message}")
+
+
+def _copied_grading(study_dir: Path, study: str, key: reuse.GradingInputs, attempt_dir: Path,
+                    out_dir: Path, entry: SnapshotGrade, *,
+                    log: Callable[[str], None]) -> GradeReport | None:
+    """The grade of a copy of another attempt's grading of ``key`` (``harness.oracle.reuse``),
+    read from the copy and bound to the inputs as a fresh grade is; None (``out_dir`` left
+    empty) when there is none to copy or the copy does not hold."""
     try:
-        record = json.loads((source / reuse.GRADER_RECORD).read_bytes())
+        found = reuse.find_reusable(study_dir, study, key, exclude=attempt_dir)
+        if found is None:
+            return None
+        source, files = found
+        reuse.copy_grading(source, files, study_dir, key, out_dir)
+        record = json.loads((out_dir / reuse.GRADER_RECORD).read_bytes())
         expected = Expected(submission_id=record["submission_id"],
-                            **key.model_dump(exclude={"grader_image_id"}))
-        return bind_report((source / "out" / "grade.json").read_bytes(), expected)
-    except (OSError, ValueError, KeyError, TypeError, GraderFailed):
+                            **key.model_dump(exclude={"grader_image_id", "packet_yaml_sha256"}))
+        report = bind_report((out_dir / "out" / "grade.json").read_bytes(), expected)
+    # The copy is a shortcut: whatever goes wrong in it (a record that does not parse or bind,
+    # a file that cannot be read or changed under it), the snapshot is graded afresh instead.
+    except Exception as exc:
+        log(f"not copied ({one_line(str(exc), 160)}); grading it afresh")
+        reuse.clear(out_dir)
         return None
+    entry.reused_from = source.relative_to(study_dir).as_posix()
+    log(f"the same inputs were graded in {entry.reused_from}; copied")
+    return report
 
 
 def grade_snapshots(
@@ -403,6 +425,7 @@ def grade_snapshots(
     same_inputs = {
         "grader_image_id": images.image_id(client, "grader"),
         "task_id": load_packet_spec(packet_yaml).id,
+        "packet_yaml_sha256": hashlib.sha256(packet_yaml.read_bytes()).hexdigest(),
         "baseline_tree_sha256": tree_sha256(paths.baseline),
         "hidden_tree_sha256": tree_sha256(Path(record.hidden_dir)),
         "grader_source_sha256": grader_source_sha256(),
@@ -414,22 +437,16 @@ def grade_snapshots(
         folder = str(out_dir.relative_to(attempt_dir))
         entry = SnapshotGrade(index=snap.index, trigger=snap.trigger, call_id=snap.call_id,
                               diff_sha256=snap.sha256, folder=folder, verdict=GRADER_ERROR)
+        where = f"a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)})"
         key = reuse.GradingInputs(diff_sha256=snap.sha256, **same_inputs)
-        found = reuse.find_reusable(study_dir, key, exclude=attempt_dir) if reuse_gradings \
-            else None
-        report = _bound_source_report(found[0], key) if found is not None else None
-        if found is not None and report is not None:
-            source, digest = found
-            reuse.copy_grading(source, digest, study_dir, key, out_dir)
-            entry.reused_from = source.relative_to(study_dir).as_posix()
-            log(f"a snapshot of {record.session_id} ({len(graded) + 1} of {len(order)}): the "
-                f"same inputs were graded in {entry.reused_from}; copied")
-        else:
-            report = None
+        report = None
+        if reuse_gradings:
+            report = _copied_grading(study_dir, record.study, key, attempt_dir, out_dir, entry,
+                                     log=functools.partial(_prefixed, log, where))
+        if report is None:
             inputs = GraderInputs(baseline=paths.baseline, packet_yaml=packet_yaml,
                                   hidden=Path(record.hidden_dir), diff=attempt_dir / snap.diff)
-            log(f"grading a snapshot of {record.session_id} ({len(graded) + 1} of "
-                f"{len(order)})")
+            log(f"grading {where}")
             try:
                 report = grade_diff(inputs, out_dir, client=client)
             except GraderFailed as exc:

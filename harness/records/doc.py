@@ -67,9 +67,9 @@ ATTEMPT_FILES = [
      "(`same_diff_as` names the first)."),
     ("grades/snapshots/grade-N/reused.json", "Only in a copied grading: another verified "
      "attempt of the study had graded exactly these inputs (grader image and code, task, "
-     "baseline, hidden tree, diff), and this folder is a byte copy of that grading; names its "
-     "folder and the sha256 of its manifest (`harness grade --snapshots --no-reuse` grades "
-     "afresh)."),
+     "packet.yaml, baseline, hidden tree, diff), and this folder is a byte copy of that "
+     "grading; names its folder and the sha256 of its manifest (`harness grade --snapshots "
+     "--no-reuse` grades afresh)."),
     (CHAINS_NAME, "`harness audit propose`: the candidate evidence chains (below), "
      "bound to the transcript's sha256; never listed in the manifest."),
     (JUDGEMENTS_NAME, "`harness audit judge`: auditors' judgements, one `judgement` "

@@ -121,17 +121,16 @@ def test_snapshots_show_the_regression_and_its_repair_at_the_right_events(
     # A source whose files no longer match its attempt's manifest is never copied; nor is a
     # grading the caller asked not to reuse: both grade afresh (not run here, shown by lookup).
     broken_source = study_dir / sources[broken.diff_sha256]
-    key = reuse.GradingInputs.model_validate(
-        {**{k: v for k, v in json.loads((broken_source / "grader.json").read_text())
-            ["expected"].items() if k != "submission_id"},
-         "grader_image_id": json.loads((broken_source / "grader.json").read_text())
-         ["grader_image_id"]})
-    assert reuse.find_reusable(study_dir, key, exclude=again) is not None
+    key = reuse.recorded_inputs(broken_source)
+    assert key is not None and key.diff_sha256 == broken.diff_sha256
+    assert reuse.find_reusable(study_dir, read_record(attempt).study, key,
+                               exclude=again) is not None
     log = broken_source / "grader-output.log"
     log.write_bytes(log.read_bytes() + b"edited\n")
-    assert reuse.find_reusable(study_dir, key, exclude=again) is None
+    assert reuse.find_reusable(study_dir, read_record(attempt).study, key, exclude=again) is None
     # The copy is a copy: it is never itself a source.
-    assert reuse.find_reusable(study_dir, key, exclude=attempt) is None
+    assert reuse.find_reusable(study_dir, read_record(attempt).study, key,
+                               exclude=attempt) is None
 
 
 def test_a_snapshot_file_that_does_not_match_its_event_is_refused(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ def _grader_json(folder: Path, **changes: Any) -> Path:
     record: dict[str, Any] = {
         "grader_image_id": "sha256:" + "1" * 64, "submission_id": "0" * 32,
         "graded_at": "2026-12-05T00:00:00Z", "expected": {"submission_id": "0" * 32, **INPUTS},
-        "exit_code": 0, "timed_out": False, "duration_s": 12.5}
+        "exit_code": 0, "timed_out": False, "duration_s": 12.5, "packet_yaml_sha256": "p" * 64}
     record.update(changes)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "grader.json").write_text(json.dumps(record))
@@ -29,7 +29,8 @@ def _grader_json(folder: Path, **changes: Any) -> Path:
 
 def test_a_finished_grading_names_its_inputs_without_the_submission_id(tmp_path: Path) -> None:
     got = recorded_inputs(_grader_json(tmp_path / "ok"))
-    assert got == GradingInputs(grader_image_id="sha256:" + "1" * 64, **INPUTS)
+    assert got == GradingInputs(grader_image_id="sha256:" + "1" * 64,
+                                packet_yaml_sha256="p" * 64, **INPUTS)
 
 
 def test_a_grading_that_did_not_end_in_a_grade_is_never_a_source(tmp_path: Path) -> None:
@@ -39,6 +40,7 @@ def test_a_grading_that_did_not_end_in_a_grade_is_never_a_source(tmp_path: Path)
         "timed-out": {"timed_out": True},
         "killed-before-the-end": {"exit_code": None, "timed_out": None},
         "no-image": {"grader_image_id": None},
+        "no-packet-digest": {"packet_yaml_sha256": None},
         "inputs-missing": {"expected": {"submission_id": "0" * 32, "task_id": "x"}},
         "inputs-not-a-map": {"expected": ["task_id"]},
     }.items():
