@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import docker
 from pydantic import BaseModel, ValidationError
 
-from grading.hashing import grader_source_sha256, tree_sha256
+from grading.hashing import file_sha256, grader_source_sha256, tree_sha256
 from grading.models import GRADE_SCHEMA_VERSION, GradeReport
 from grading.packet import load_packet_spec
 from harness.errors import HarnessError
@@ -274,7 +274,7 @@ def grade_diff(
     record: dict[str, object] = {"grader_image_id": grader_id, "submission_id": submission_id,
               "graded_at": utc_timestamp(), "expected": expected.model_dump(),
               # An input the grade itself does not carry (harness.oracle.reuse keys on it).
-              "packet_yaml_sha256": hashlib.sha256(inputs.packet_yaml.read_bytes()).hexdigest()}
+              "packet_yaml_sha256": file_sha256(inputs.packet_yaml)}
     try:
         with grader_sandbox(client, grader_id, name_hint=f"grade-{submission_id[:12]}",
                             labels={"org.harness.role": "grader",
@@ -425,7 +425,7 @@ def grade_snapshots(
     same_inputs = {
         "grader_image_id": images.image_id(client, "grader"),
         "task_id": load_packet_spec(packet_yaml).id,
-        "packet_yaml_sha256": hashlib.sha256(packet_yaml.read_bytes()).hexdigest(),
+        "packet_yaml_sha256": file_sha256(packet_yaml),
         "baseline_tree_sha256": tree_sha256(paths.baseline),
         "hidden_tree_sha256": tree_sha256(Path(record.hidden_dir)),
         "grader_source_sha256": grader_source_sha256(),

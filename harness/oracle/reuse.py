@@ -155,6 +155,8 @@ def _source_files(attempt_dir: Path, grading_dir: Path, study: str) -> dict[str,
     now = _plain_files(grading_dir)
     if not under or now is None or now != under:
         return None
+    # What grade_diff wrote is the grading; a final grade's summary is its attempt's record.
+    now.pop(GRADE_SUMMARY_NAME, None)
     return now
 
 

@@ -114,6 +114,8 @@ def test_a_named_grading_of_the_same_inputs_is_a_source_and_copies_byte_for_byte
     assert found(study, exclude=target) == source
     final = grading(attempt(study, "b"), snapshot=False)
     assert found(study, exclude=target) == final  # a final grade is a source too
+    hit = reuse.find_reusable(study, "study", KEY, exclude=target)
+    assert hit is not None and "summary.json" not in hit[1]  # the attempt's record, not copied
     hit = reuse.find_reusable(study, "study", KEY, exclude=final.parents[1])
     assert hit is not None
     out = new_numbered_dir(target / "grades/snapshots", "grade")
