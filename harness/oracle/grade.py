@@ -464,7 +464,7 @@ def grade_snapshots(
             "same_diff_as": first.index}))
     result = SnapshotGrades(graded_at=utc_timestamp(),
                             snapshots=sorted(entries, key=lambda g: g.index))
-    atomic_write(paths.snapshot_grades,
-                 (result.model_dump_json(indent=1) + "\n").encode())
+    atomic_write(paths.snapshot_grades, (result.model_dump_json(indent=1) + "\n").encode(),
+                 create_only=True)
     extend_manifest(attempt_dir)
     return result

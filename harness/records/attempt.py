@@ -237,14 +237,27 @@ class SessionRecord(BaseModel):
     transcript: TranscriptHead | None = None  # set when the session ends
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, create_only: bool = False) -> None:
+    """Write ``path`` whole or not at all. ``create_only``: a record written once; when it
+    already exists (another run wrote it meanwhile) nothing is changed and ``HarnessError``
+    names it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        if create_only:
+            # link() never replaces: of two runs, exactly one creates the record.
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise HarnessError(f"{path} was written meanwhile by another run",
+                                   "read it there; a record once written is never "
+                                   "rewritten") from None
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

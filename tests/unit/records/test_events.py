@@ -8,7 +8,13 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.records import events
-from harness.records.attempt import SESSION_SCHEMA_VERSION, SessionRecord, read_record, write_record
+from harness.records.attempt import (
+    SESSION_SCHEMA_VERSION,
+    SessionRecord,
+    atomic_write,
+    read_record,
+    write_record,
+)
 from harness.records.doc import DOC_PATH, render
 from harness.records.transcript import TranscriptWriter, read_events
 
@@ -61,3 +67,14 @@ def test_docs_records_md_is_generated_from_the_models() -> None:
     assert DOC_PATH.read_text() == render(), "run `python -m harness.records.doc`"
     for kind in events.EVENT_DATA:
         assert f"### `{kind}`" in DOC_PATH.read_text()
+
+
+def test_a_record_written_once_is_never_replaced_by_a_second_writer(tmp_path: Path) -> None:
+    """Two gradings of one attempt's snapshots at once both find no snapshots.json; the one
+    that ends second is refused by name, and the first one's file stays as it was."""
+    target = tmp_path / "snapshots.json"
+    atomic_write(target, b"first\n", create_only=True)
+    with pytest.raises(HarnessError, match="written meanwhile by another run"):
+        atomic_write(target, b"second\n", create_only=True)
+    assert target.read_bytes() == b"first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshots.json"]  # no temp left
