@@ -39,16 +39,20 @@ from harness.study.freeze import Frozen, GateDecision, LockedSession, StudyLock
 TASK = "tiny-regression"
 TOOL_FOR = {"run_candidate": "run_candidate", "run_public_tests": "run_public_tests",
             "traincheck": "traincheck", "submit": "submit"}
+# A model the agent loop would call (no call is made: the records are written by hand), so the
+# decision gate judges the records as a real study's; a scripted one is its own test.
+MODEL = "anthropic:claude-unit-test"
 PRICES = [
-    {"model": "scripted:agent.yaml", "category": "input", "per_million_tokens": 3.0,
+    {"model": MODEL, "category": "input", "per_million_tokens": 3.0,
      "currency": "USD", "date": "2026-12-01", "source": "list A"},
-    {"model": "scripted:agent.yaml", "category": "output", "per_million_tokens": 15.0,
+    {"model": MODEL, "category": "output", "per_million_tokens": 15.0,
      "currency": "USD", "date": "2026-12-01", "source": "list A"},
 ]
 
 
 def write_study_file(tmp: Path, *, prices: list[dict[str, Any]] | None = None,
-                     pairs: int = 2, comparison: str = "treatment-vs-control") -> Path:
+                     pairs: int = 2, comparison: str = "treatment-vs-control",
+                     model: str = MODEL) -> Path:
     """A study of the tiny task (its packet copied, so a test may change it) whose TrainCheck
     reports root is under ``tmp`` (a test writes calibration and capability reports there)."""
     packet = tmp / "packet"
@@ -61,7 +65,7 @@ def write_study_file(tmp: Path, *, prices: list[dict[str, Any]] | None = None,
                    "reports": str(tmp / "reports"), "comparison": comparison}],
         "arms": {"control": {"image": "control"},
                  "treatment": {"image": "treatment", "extra_tools": ["traincheck"]}},
-        "agent": {"model": "scripted:agent.yaml"},
+        "agent": {"model": model},
         "budget": {"wall_seconds": 600, "tokens_total": 50_000},
         "caps": {"cpu_hours": 3.0},
         "prices": PRICES if prices is None else prices,

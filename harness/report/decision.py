@@ -3,7 +3,8 @@ evidence was observed (a diagnostic report with violations on code whose blind g
 failing contract, in a treatment-vs-control task) and (b) a credible mechanism was shown (an
 auditor judged a chain "helped"). When either is not met, the paragraph names the gaps it rests
 on, from the records: tool coverage, diagnostic quality, agent response (and the audit, when
-sessions were never judged)."""
+sessions were never judged). Sessions run by the scripted agent never support scaling: its
+response to a diagnostic was written before the run."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from harness.report.model import (
 )
 
 COMPARISON = "treatment-vs-control"
+SCRIPTED = "scripted:"  # the offline scripted agent's model prefix (harness.agent.providers)
 
 
 def decision_section(records: StudyRecords, diagnostics: DiagnosticsSection,
@@ -53,14 +55,28 @@ def decision_section(records: StudyRecords, diagnostics: DiagnosticsSection,
         GateCondition(name="credible mechanism shown by an audited chain", met=bool(helped),
                       evidence=(f"chain(s) judged helped: {', '.join(helped)}" if helped
                                 else "no chain judged helped"))]
-    scale_up = all(c.met for c in conditions)
-    gaps = [] if scale_up else _gaps(compared, diagnostics, calibration, missed, on_passing)
+    # A scripted agent's actions were written before the run: what it did after a diagnostic
+    # report shows that the harness carries the path, never how an agent responds.
+    scripted = sorted(sid for sid, used in compared.items()
+                      if used.record.model.startswith(SCRIPTED))
+    conditions_met = all(c.met for c in conditions)
+    scale_up = conditions_met and not scripted
+    gaps = [] if conditions_met else _gaps(compared, diagnostics, calibration, missed,
+                                           on_passing)
+    if scripted:
+        gaps.insert(0, f"agent response: {len(scripted)} of {len(compared)} treatment "
+                       "session(s) ran a scripted agent, whose actions were written before "
+                       "the run, so the conditions show the harness's path and are no "
+                       "evidence for the decision")
     if not compared:
         gaps.insert(0, "no treatment session of a treatment-vs-control task is used yet "
                        "(coverage-audit tasks are kept out of the benefit comparison)")
     met = [c.name for c in conditions if c.met]
     unmet = [c.name for c in conditions if not c.met]
-    if scale_up:
+    if conditions_met and scripted:
+        paragraph = ("Both conditions are met in the records, but they are no basis for "
+                     "scaling: " + "; ".join(gaps) + ".")
+    elif scale_up:
         paragraph = ("Both conditions for scaling are met: " + "; ".join(
             c.evidence for c in conditions) + ".")
     else:

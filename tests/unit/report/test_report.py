@@ -18,6 +18,7 @@ from harness.report.model import EARLY_EVIDENCE, NO_PRICE, NOT_AUDITED
 from tests.helpers import one_error_line, run_cli
 from tests.report_recompute import compare, recompute
 from tests.report_records import (
+    MODEL,
     AttemptSpec,
     Step,
     judge,
@@ -35,9 +36,10 @@ def passing(*failing: str, outcome: str = "fail") -> dict[str, str]:
 
 
 class Built:
-    def __init__(self, tmp: Path, *, prices: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tmp: Path, *, prices: list[dict[str, Any]] | None = None,
+                 model: str = MODEL) -> None:
         self.tmp = tmp
-        self.study = write_study_file(tmp, prices=prices)
+        self.study = write_study_file(tmp, prices=prices, model=model)
         write_track1(tmp)
         self.frozen = write_lock(self.study)
         self.runs = tmp / "runs" / "unit"
@@ -235,7 +237,7 @@ def test_a_price_change_changes_only_the_money_lines(tmp_path: Path) -> None:
 
 def test_a_missing_price_is_no_price_never_zero(tmp_path: Path) -> None:
     built = Built(tmp_path, prices=[{
-        "model": "scripted:agent.yaml", "category": "input", "per_million_tokens": 3.0,
+        "model": MODEL, "category": "input", "per_million_tokens": 3.0,
         "date": "2026-12-01", "source": "list A"}])
     built.attempt(AttemptSpec(session=built.session(1, "control"),
                               steps=[Step("submit", passing())], final=passing()))
@@ -245,7 +247,7 @@ def test_a_missing_price_is_no_price_never_zero(tmp_path: Path) -> None:
     assert cost["money_output"]["amount"] is None and cost["money_total"]["amount"] is None
     text = (folder / "report.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith(
-        "| tiny-regression-pair1-control | scripted:agent.yaml |"))
+        f"| tiny-regression-pair1-control | {MODEL} |"))
     assert row.endswith(f"| 0.0030 USD | {NO_PRICE} | {NO_PRICE} |"), row
     arm = next(line for line in text.splitlines() if line.startswith("| arm control |"))
     assert arm.endswith(f"| {NO_PRICE} |") and "0.0000 USD" not in text, arm
@@ -264,6 +266,29 @@ def test_a_treatment_session_without_judgements_is_not_audited(tmp_path: Path) -
     assert any(g.startswith("audit: 1 treatment session(s) not audited")
                for g in data["decision"]["gaps"])
     assert "no benefit" not in json.dumps(session)
+
+
+def test_scripted_agents_never_support_scaling_whatever_the_records_show(
+        tmp_path: Path) -> None:
+    """The offline pilot's shape: a scripted treatment agent reacts to a violation report with
+    the repair its script holds, an auditor judges the chain helped; both conditions show in
+    the records, and the gate still says no, naming why."""
+    built = Built(tmp_path, model="scripted:agent.yaml")
+    treated = built.attempt(AttemptSpec(
+        session=built.session(1, "treatment"),
+        steps=[Step("traincheck", passing("hidden:test_b"), violations=2),
+               Step("submit", passing())], final=passing()))
+    chain = next(c for c in build_chains(treated / "transcript.jsonl", _typed(treated),
+                                         "treatment", None)
+                 if c.observation.source == "diagnostic")
+    judge(treated, chain.id, "helped")
+    _report, folder = write_report(built.study, tmp_path / "out")
+    decision = report_json(folder)["decision"]
+    assert all(c["met"] for c in decision["conditions"])
+    assert decision["scale_up"] is False
+    assert decision["gaps"][0].startswith("agent response: 1 of 1 treatment session(s) ran a "
+                                          "scripted agent")
+    assert "no basis for scaling" in decision["paragraph"]
 
 
 def test_a_lock_that_does_not_verify_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
