@@ -32,7 +32,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import docker
 from pydantic import BaseModel
@@ -49,6 +51,13 @@ CANDIDATE_USER = "2000:2000"  # the grader image's candidate uid (images/grader/
 HELPERS = Path(__file__).resolve().parent / "teardown"
 PUBLIC_LINE = re.compile(r"^run (\d+) rc=(-?\d+) wall=([\d.]+) stalled=([01])$")
 LINE = re.compile(r"^run (\d+) (\S+) rc=(-?\d+) abort=([01]) gloo_threads_at_exit=(\d+)$")
+
+
+class _Indexed(Protocol):
+    index: int
+
+
+R = TypeVar("R", bound=_Indexed)
 
 
 class LoopRun(BaseModel):
@@ -68,17 +77,25 @@ class LoopResult(BaseModel):
         return sum(1 for r in self.runs if getattr(r, predicate))
 
 
-def parse_loop_output(text: str) -> tuple[list[LoopRun], list[str]]:
-    """Runs and the indented tails of failed runs from run_loop.sh's output."""
-    runs: list[LoopRun] = []
+def parse_runs(text: str, pattern: re.Pattern[str],
+               build: Callable[[re.Match[str]], R]) -> tuple[list[R], list[str]]:
+    """A loop's runs (one line each, ``pattern``) and the indented lines that follow a failed
+    or stalled run, each named by its run."""
+    runs: list[R] = []
     tails: list[str] = []
     for line in text.splitlines():
-        if m := LINE.match(line.strip()):
-            runs.append(LoopRun(index=int(m[1]), config=m[2], exit_code=int(m[3]),
-                                aborted=m[4] == "1", gloo_threads_at_exit=int(m[5])))
+        if m := pattern.match(line.strip()):
+            runs.append(build(m))
         elif line.startswith("    ") and runs:
             tails.append(f"run {runs[-1].index}: {line.strip()}")
     return runs, tails
+
+
+def parse_loop_output(text: str) -> tuple[list[LoopRun], list[str]]:
+    """Runs and the indented tails of failed runs from run_loop.sh's output."""
+    return parse_runs(text, LINE, lambda m: LoopRun(
+        index=int(m[1]), config=m[2], exit_code=int(m[3]), aborted=m[4] == "1",
+        gloo_threads_at_exit=int(m[5])))
 
 
 def train_args(task_root: Path, variant: str) -> list[str]:
@@ -154,14 +171,9 @@ def public_path_loop(client: docker.DockerClient, tree: Path, *, runs: int, stal
         result = box.exec(["python", ".teardown/public_path_loop.py", str(runs), str(stall_s),
                            "--", *args], timeout_s=runs * (stall_s + 60), artifact=artifact,
                           user=CANDIDATE_USER)
-    found: list[PublicRun] = []
-    evidence: list[str] = []
-    for line in artifact.read_text(errors="replace").splitlines():
-        if m := PUBLIC_LINE.match(line.strip()):
-            found.append(PublicRun(index=int(m[1]), exit_code=int(m[2]), wall_s=float(m[3]),
-                                   stalled=m[4] == "1"))
-        elif line.startswith("    ") and found:
-            evidence.append(f"run {found[-1].index}: {line.strip()}")
+    found, evidence = parse_runs(artifact.read_text(errors="replace"), PUBLIC_LINE,
+                                 lambda m: PublicRun(index=int(m[1]), exit_code=int(m[2]),
+                                                     wall_s=float(m[3]), stalled=m[4] == "1"))
     if result.exit_code != 0 or len(found) != runs:
         raise SystemExit(f"the loop did not finish: exit {result.exit_code}, {len(found)} of "
                          f"{runs} runs reported\n{result.output[-3000:]}")

@@ -198,6 +198,9 @@ def test_an_attempt_named_through_a_link_belongs_to_its_targets_study(tmp_path: 
     link = tmp_path / "latest"
     link.symlink_to(target)
     assert reuse.study_folder(link) == study.resolve()
+    # The link's own parents hold a verified grading of the same inputs: never looked at.
+    assert found(reuse.study_folder(link), exclude=link) is None
+    assert found(tmp_path / "home", exclude=link) is not None
 
 
 @pytest.mark.parametrize("changed", ["grader_image_id", "diff_sha256", "hidden_tree_sha256"])
