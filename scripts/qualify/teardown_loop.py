@@ -21,6 +21,14 @@ the code before a change with the same loop.
 steps, output read through pipes as the test reads it), in the grader image as the candidate
 uid, one run at a time (the host's other work is the load), and records where every process
 of a run that has not ended after ``--stall-s`` waits (teardown/public_path_loop.py).
+
+``--grader-path`` runs what a grade runs: the grader's own code grades the reference (or the
+baseline) with the hidden checks left out, so the public test command runs exactly as in a
+grade, in a grader container with the grader's settings plus CAP_SYS_PTRACE for the judge; a
+two-rank launcher alive after ``--stall-s`` gets its process tree, thread states and
+``py-spy dump --native`` stacks recorded (teardown/grader_path_loop.py). ``--containers``
+such loops run side by side, as gradings do on a busy host. ``--py-spy`` names the py-spy
+binary (from the ``py-spy`` wheel: ``pip download --no-deps py-spy``).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from harness.records.packets import load_packet  # noqa: E402
 CANDIDATE_USER = "2000:2000"  # the grader image's candidate uid (images/grader/Dockerfile)
 HELPERS = Path(__file__).resolve().parent / "teardown"
 PUBLIC_LINE = re.compile(r"^run (\d+) rc=(-?\d+) wall=([\d.]+) stalled=([01])$")
+GRADER_LINE = re.compile(r"^run (\d+) outcome=(\S+) wall=([\d.]+) stalled=([01]) rerun=([01])$")
 LINE = re.compile(r"^run (\d+) (\S+) rc=(-?\d+) abort=([01]) gloo_threads_at_exit=(\d+)$")
 
 
@@ -211,6 +220,96 @@ def public_path_main(a: argparse.Namespace) -> None:
         a.report.write_text(text)
 
 
+class GraderPathRun(BaseModel):
+    index: int
+    outcome: str
+    wall_s: float
+    stalled: bool
+    rerun: bool
+
+
+def grader_path_inputs(repo_root: Path, task: str, variant: str, dest: Path,
+                       py_spy: Path | None) -> Path:
+    """The grader's inputs for one loop (hidden checks left out) and the loop's helpers."""
+    inputs = dest / "inputs"
+    snapshot_baseline(repo_root / "task_packets" / task / "repo", inputs / "baseline")
+    shutil.copy(repo_root / "task_packets" / task / "packet.yaml", inputs / "packet.yaml")
+    hidden = repo_root / "hidden" / task
+    patch = (hidden / "reference" / "solution.patch").read_bytes() if variant == "reference" \
+        else b""
+    (inputs / "diff").write_bytes(patch)
+    # Without checks/ the grade runs the public tests only ("no hidden checks yet").
+    shutil.copytree(hidden, inputs / "hidden", ignore=shutil.ignore_patterns("checks"))
+    shutil.copytree(HELPERS, inputs / "teardown")
+    if py_spy is not None:
+        shutil.copy(py_spy, inputs / "teardown" / "py-spy")
+    return inputs
+
+
+def grader_path_loop(client: docker.DockerClient, inputs: Path, *, runs: int, stall_s: float,
+                     labels: dict[str, str], artifact: Path) -> list[GraderPathRun]:
+    """grader_path_loop.py in a grader container (the judge's settings, plus CAP_SYS_PTRACE)."""
+    from harness.oracle.grade import JUDGE_CAPABILITIES, JUDGE_USER
+
+    box = Sandbox(client, image_tag("grader"), labels=labels, name_hint="grader-path-loop",
+                  limits=SandboxLimits(pids=1024), user=JUDGE_USER,
+                  cap_add=(*JUDGE_CAPABILITIES, "SYS_PTRACE"))
+    with box:
+        box.put_archive("/workspace", workspace_archive(inputs))
+        result = box.exec(["python", "/workspace/teardown/grader_path_loop.py", str(runs),
+                           str(stall_s), "/workspace"], timeout_s=runs * 900,
+                          artifact=artifact, user=JUDGE_USER)
+    found, _ = parse_runs(artifact.read_text(errors="replace"), GRADER_LINE,
+                          lambda m: GraderPathRun(index=int(m[1]), outcome=m[2],
+                                                  wall_s=float(m[3]), stalled=m[4] == "1",
+                                                  rerun=m[5] == "1"))
+    if result.exit_code != 0 or len(found) != runs:
+        raise SystemExit(f"the loop did not finish: exit {result.exit_code}, {len(found)} of "
+                         f"{runs} runs reported\n{result.output[-3000:]}")
+    return found
+
+
+def grader_path_main(a: argparse.Namespace) -> None:
+    import concurrent.futures
+
+    client = docker.from_env()
+    labels = {"harness.teardown-loop": "1"}
+    started = time.monotonic()
+    a.log_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="grader-path-loop-") as tmp:
+        inputs = grader_path_inputs(a.repo_root, a.task, a.variant, Path(tmp), a.py_spy)
+        with concurrent.futures.ThreadPoolExecutor(a.containers) as pool:
+            loops = [pool.submit(grader_path_loop, client, inputs, runs=a.runs,
+                                 stall_s=a.stall_s, labels=labels,
+                                 artifact=a.log_dir / f"loop-{n}.log")
+                     for n in range(a.containers)]
+            found = [run for loop in loops for run in loop.result()]
+    walls = sorted(r.wall_s for r in found)
+    outcomes: dict[str, int] = {}
+    for r in found:
+        outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+    lines = [
+        f"# Grader-path loop: {a.task} ({a.variant})", "",
+        f"{dt.date.today().isoformat()}, grader image "
+        f"`{client.images.get(image_tag('grader')).id[:19]}`, checkout `{a.repo_root}`; "
+        f"{a.containers} grader container(s) side by side, each grading {a.runs} times with the "
+        f"hidden checks left out; a launcher alive after {a.stall_s:g} s counts as stalled "
+        f"(logs: `{a.log_dir}`).", "",
+        "| grades | public-tests outcomes | stalled launchers | reruns | median wall | slowest "
+        "| loop wall |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {len(found)} | {', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))} | "
+        f"{sum(r.stalled for r in found)} | {sum(r.rerun for r in found)} | "
+        f"{walls[len(walls) // 2]:.1f} s | {walls[-1]:.1f} s | "
+        f"{(time.monotonic() - started) / 60:.1f} min |",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.report:
+        a.report.parent.mkdir(parents=True, exist_ok=True)
+        a.report.write_text(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True)
@@ -226,7 +325,17 @@ def main() -> None:
                         help="the packet tests' two-rank command, through pipes, in the grader")
     parser.add_argument("--stall-s", type=float, default=90.0,
                         help="--public-path: a run not ended by then is stalled")
+    parser.add_argument("--grader-path", action="store_true",
+                        help="the public tests through the grader's own code, in grader containers")
+    parser.add_argument("--containers", type=int, default=1,
+                        help="--grader-path: loops side by side")
+    parser.add_argument("--py-spy", type=Path, help="--grader-path: the py-spy binary")
+    parser.add_argument("--log-dir", type=Path, default=Path("runs/teardown/grader-path"),
+                        help="--grader-path: each container's whole output")
     a = parser.parse_args()
+    if a.grader_path:
+        grader_path_main(a)
+        return
     if a.public_path:
         public_path_main(a)
         return
