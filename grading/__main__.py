@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grading: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        sealed.candidate()
+        sealed.candidate_uids()
     except sealed.SealError as exc:
         print(f"grading: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -111,7 +111,7 @@ def announce(opts: GradeOptions, contracts: list[ContractResult]) -> None:
 def grade(opts: GradeOptions) -> GradeReport:
     """Grade one submission and return the report (the caller writes it)."""
     started, t0 = _now(), time.monotonic()
-    who = sealed.candidate()
+    pool = sealed.candidate_uids()
     hidden_sha = _expect_same("the hidden tree", opts.hidden, opts.expect_hidden_sha256)
     checks = opts.hidden / "checks"
     patch = opts.diff.read_bytes()
@@ -229,7 +229,8 @@ def grade(opts: GradeOptions) -> GradeReport:
         baseline_tree_sha256=tree_sha256(opts.baseline),
         hidden_tree_sha256=hidden_sha,
         graded_tree_sha256=graded_sha,
-        seal=SealInfo(judge_uid=os.geteuid(), candidate_uid=who.uid,
+        seal=SealInfo(judge_uid=os.geteuid(), candidate_uid=pool.start,
+                      candidate_uids=len(pool),
                       candidate_processes_killed_at_end=killed),
         python_version=platform.python_version(),
         torch_version=_torch_version(),

@@ -104,8 +104,10 @@ class SealInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     judge_uid: int
-    # Every process that ran candidate code ran as this uid.
+    # Every process that ran candidate code ran as one of ``candidate_uids`` uids from this
+    # one, each job as the next in turn (a uid of its own per job; ``grading.sealed``).
     candidate_uid: int
+    candidate_uids: int = 1
     # Candidate processes still alive when the checks were done, killed before the verdict.
     candidate_processes_killed_at_end: int = 0
 

@@ -514,7 +514,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        sealed.candidate()
+        sealed.candidate_uids()
         args.out.mkdir(parents=True, exist_ok=True)
         report = run(args)
     except (GraderError, sealed.SealError, ValueError, OSError) as exc:

@@ -38,7 +38,9 @@ def child_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, 
     env["HOME"] = str(layout.judge / "home")
     # The judge's temp files (pytest's tmp_path included) stay in its own closed folder.
     env["TMPDIR"] = str(layout.judge / "tmp")
-    env[sealed.CANDIDATE_UID_VAR] = str(sealed.candidate().uid)
+    pool = sealed.candidate_uids()
+    env[sealed.CANDIDATE_UID_VAR] = str(pool.start)
+    env[sealed.CANDIDATE_UIDS_VAR] = str(len(pool))
     env[sealed.CANDIDATE_AREA_VAR] = str(layout.area)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

@@ -23,14 +23,21 @@ redirect, and a later run cannot read it even when it learns its path (a resumed
 where its checkpoint is). What a later run must read is handed over as a copy in its own job
 folder (:func:`give`).
 
-The candidate uid comes from ``GRADING_CANDIDATE_UID`` (the grader image sets it). Killing by
-uid is only safe inside the grader container's own PID namespace, or with a uid that nothing
-else on the machine uses (the grading tests pick a random one).
+**A uid of its own per job.** The candidate uids are a pool: ``GRADING_CANDIDATE_UID`` is the
+first, ``GRADING_CANDIDATE_UIDS`` how many (the grader image sets both and gives each a name).
+Each job takes the next uid of the pool (a counter in the area, shared by every judge process of
+a grade) and keeps it until :func:`end_job`, so a process of one job, even one that escaped a
+kill, can neither signal, trace nor read the processes and files of a later job: the kernel
+checks uids, and no two jobs in a row share one. :func:`reap` and the cleanup cover every uid
+of the pool, whichever judge process ran the job. Killing by uid is only safe inside the grader
+container's own PID namespace, or with uids that nothing else on the machine uses (the grading
+tests pick a random range).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import shutil
@@ -38,6 +45,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +54,10 @@ from pathlib import Path
 from typing import TypedDict
 
 CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
+# How many uids from the first one the jobs take in turn (default 1: every job the same uid).
+CANDIDATE_UIDS_VAR = "GRADING_CANDIDATE_UIDS"
+# In the area, root's (0600): how many jobs have taken a uid so far, for every judge process.
+_JOB_COUNTER = ".job-uids"
 # Where job folders go (a root-owned 0711 folder: the candidate can reach a job folder it is
 # told about, and cannot list or create anything there).
 CANDIDATE_AREA_VAR = "GRADING_CANDIDATE_AREA"
@@ -75,17 +87,68 @@ class Candidate:
     gid: int
 
 
-def candidate() -> Candidate:
-    """The candidate identity this grader drops to; refuses to run without one."""
+def candidate_uids() -> range:
+    """Every uid a job may take; refuses to run without a valid pool."""
     raw = os.environ.get(CANDIDATE_UID_VAR, "")
     if not raw.isdigit() or int(raw) == 0:
         raise SealError(f"{CANDIDATE_UID_VAR} must name a non-root uid (got {raw!r}); "
                         "run the grader in the grader image, which sets it")
+    size = os.environ.get(CANDIDATE_UIDS_VAR, "1")
+    if not size.isdigit() or not 1 <= int(size) <= 65536:
+        raise SealError(f"{CANDIDATE_UIDS_VAR} must be a count from 1 to 65536 (got {size!r}); "
+                        "run the grader in the grader image, which sets it")
     if os.geteuid() != 0:
         raise SealError(f"the grader runs as uid {os.geteuid()}, but it must start as root to "
                         "run candidate code under another uid; run it as the grader image does")
-    uid = int(raw)
-    return Candidate(uid=uid, gid=uid)
+    first = int(raw)
+    return range(first, first + int(size))
+
+
+_job_lock = threading.Lock()
+_job_uid: int | None = None
+
+
+def _next_job_index() -> int:
+    """How many jobs took a uid before this one, counted across the grade's judge processes
+    (the grade and its hidden checks' pytest run jobs in turn, never at once)."""
+    global _local_jobs
+    where = os.environ.get(CANDIDATE_AREA_VAR)
+    if not where or not os.path.isdir(where):
+        _local_jobs += 1  # no area (a judge command outside a grade): this process counts
+        return _local_jobs - 1
+    fd = os.open(os.path.join(where, _JOB_COUNTER), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 32).decode("ascii", "replace").strip()
+        index = int(raw) if raw.isdigit() else 0
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(index + 1).encode())
+        return index
+    finally:
+        os.close(fd)
+
+
+_local_jobs = 0
+
+
+def candidate() -> Candidate:
+    """The identity of the current candidate job: a uid of the pool that no job before it in
+    this grade held last (the next in turn), kept until :func:`end_job`."""
+    global _job_uid
+    pool = candidate_uids()
+    with _job_lock:
+        if _job_uid is None or _job_uid not in pool:
+            _job_uid = pool[_next_job_index() % len(pool)]
+        return Candidate(uid=_job_uid, gid=_job_uid)
+
+
+def _end_identity() -> None:
+    """The job is over: the next candidate process gets the next uid of the pool."""
+    global _job_uid
+    with _job_lock:
+        _job_uid = None
 
 
 class PopenIdentity(TypedDict, total=False):
@@ -146,14 +209,24 @@ def _has_live_thread(pid: str) -> bool:
 
 
 def candidate_pids() -> list[int]:
-    """Processes of the candidate uid that have a thread alive (a zombie whose every thread
+    """Processes of any candidate uid that have a thread alive (a zombie whose every thread
     has ended is only waiting for its parent)."""
-    return processes_of(candidate().uid)
+    return sorted(pid for pids in candidate_processes().values() for pid in pids)
+
+
+def candidate_processes() -> dict[int, list[int]]:
+    """Live processes of each uid of the pool that has any."""
+    return processes_by_uid(candidate_uids())
 
 
 def processes_of(uid: int) -> list[int]:
     """Processes whose real or saved uid is ``uid`` and that have a thread alive."""
-    found = []
+    return processes_by_uid(range(uid, uid + 1)).get(uid, [])
+
+
+def processes_by_uid(pool: range) -> dict[int, list[int]]:
+    """Processes whose real or saved uid is in ``pool`` and that have a thread alive, by uid."""
+    found: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -161,8 +234,10 @@ def processes_of(uid: int) -> list[int]:
             uids = _uids_of(name)
         except OSError:
             continue
-        if uid in uids and _has_live_thread(name):
-            found.append(int(name))
+        hits = [uid for uid in uids if uid in pool]
+        if hits and _has_live_thread(name):
+            for uid in hits:
+                found.setdefault(uid, []).append(int(name))
     return found
 
 
@@ -216,76 +291,133 @@ class _Reaper:
 
 
 _reaper: _Reaper | None = None
+_reaper_for: int | None = None
 
 
 def reaper_uid() -> int:
+    """The reapers' own uid: ``GRADING_REAPER_UID``, else the first uid after the pool."""
+    pool = candidate_uids()
     raw = os.environ.get(REAPER_UID_VAR, "")
-    return int(raw) if raw.isdigit() and int(raw) else candidate().uid + 1
+    if not raw:
+        return pool.stop
+    if not raw.isdigit() or int(raw) == 0 or int(raw) in pool:
+        raise SealError(f"{REAPER_UID_VAR} must be a non-root uid outside the candidate uids "
+                        f"{pool.start}-{pool.stop - 1} (got {raw!r})")
+    return int(raw)
 
 
 def ensure_reaper() -> None:
-    """Start this process's reaper unless it runs (called before every candidate process, so
-    it exists before candidate code does: nothing the candidate does can keep it from starting
-    or stop it later)."""
-    global _reaper
-    if _reaper is not None and _reaper.alive():
+    """Start the current job's reaper unless it runs (called before every candidate process, so
+    it exists before the job's code does: nothing the candidate does can keep it from starting
+    or stop it later). One reaper at a time per judge process, for the current job's uid: a
+    reaper's ``kill(-1)`` would also end any other reaper (they share their real uid)."""
+    global _reaper, _reaper_for
+    uid = candidate().uid
+    if _reaper is not None and _reaper.alive() and _reaper_for == uid:
         return
+    _end_reaper()
     try:
-        _reaper = _Reaper(candidate().uid, reaper_uid())
+        _reaper, _reaper_for = _Reaper(uid, reaper_uid()), uid
     except OSError as exc:
         raise SealError(f"the reaper could not start ({exc})") from None
 
 
-def _signal_all() -> None:
-    """kill(-1, SIGKILL) to every candidate process: by the reaper, which the candidate cannot
-    signal; if it is gone (only root or the kernel can end it), by a short-lived helper of the
-    candidate uid."""
-    if _reaper is not None and _reaper.alive() and _reaper.kill_all():
+def _end_reaper() -> None:
+    global _reaper, _reaper_for
+    if _reaper is not None and _reaper.owner == os.getpid():
+        _reaper.end()
+    _reaper, _reaper_for = None, None
+
+
+def _signal_all(uid: int) -> None:
+    """kill(-1, SIGKILL) to every process of the job uid ``uid``: by the job's reaper, which
+    the candidate cannot signal; if there is none (only root or the kernel can end it, and a
+    job another judge process ran has its reaper there), by a short-lived helper of that uid."""
+    if _reaper is not None and _reaper_for == uid and _reaper.alive() and _reaper.kill_all():
         return
-    _signal_all_as_candidate()
+    _signal_all_as(uid)
 
 
-def _signal_all_as_candidate() -> None:
-    """``kill(-1, SIGKILL)`` from a process of the candidate uid: the kernel signals every
-    process that uid may signal (all of the candidate's, in this container's pid namespace; the
-    caller is spared) in one walk of its task list, and a fork racing it is aborted. A scan of
-    /proc cannot do that: a process that forks and exits thousands of times a second is never
-    where the scan looks. Skipped when nothing can start (at the pids limit): the per-pid kills
-    then make room for the next round."""
+def _signal_all_as(uid: int) -> None:
+    """``kill(-1, SIGKILL)`` from a process of ``uid``: the kernel signals every process that
+    uid may signal (all of the job's, in this container's pid namespace; the caller is spared)
+    in one walk of its task list, and a fork racing it is aborted. A scan of /proc cannot do
+    that: a process that forks and exits thousands of times a second is never where the scan
+    looks. Skipped when nothing can start (at the pids limit): the per-pid kills then make room
+    for the next round."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        _run_as_candidate([KILL_BINARY, "-KILL", "-1"])
+        _run_as([KILL_BINARY, "-KILL", "-1"], uid)
 
 
-def _run_as_candidate(argv: list[str]) -> None:
-    """Run a short system command as the candidate uid (signals and IPC removal it may do on
+def _run_as(argv: list[str], uid: int) -> None:
+    """Run a short system command as the job uid ``uid`` (signals and IPC removal it may do on
     its own objects only), its output discarded; the caller checks what it changed."""
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=30, check=False, **popen_identity())
+                   stderr=subprocess.DEVNULL, timeout=30, check=False, user=uid, group=uid,
+                   extra_groups=[], umask=0o077)
+
+
+# Per area: the count of jobs (see _next_job_index) this process's last reap swept up to.
+_swept_jobs: dict[str, int] = {}
+
+
+def _uids_since_last_reap(count: int) -> set[int]:
+    """The uids of every job begun since this process last reaped, whichever judge process ran
+    it (a hidden check's pytest killed mid-check leaves its job to the grade)."""
+    pool = candidate_uids()
+    swept = _swept_jobs.get(os.environ.get(CANDIDATE_AREA_VAR, ""), 0)
+    recent = range(max(swept, count - len(pool)), count)
+    uids = {pool[i % len(pool)] for i in recent}
+    if _job_uid is not None:
+        uids.add(_job_uid)
+    return uids
+
+
+def _job_count() -> int:
+    """How many jobs have taken a uid so far (see :func:`_next_job_index`)."""
+    where = os.environ.get(CANDIDATE_AREA_VAR)
+    if not where or not os.path.isfile(os.path.join(where, _JOB_COUNTER)):
+        return _local_jobs
+    fd = os.open(os.path.join(where, _JOB_COUNTER), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        raw = os.read(fd, 32).decode("ascii", "replace").strip()
+        return int(raw) if raw.isdigit() else 0
+    finally:
+        os.close(fd)
 
 
 def reap() -> int:
     """SIGKILL every candidate process until none is left; the number seen and killed.
 
-    Each round signals all of them at once from the candidate uid (which no pid-hopping can
-    escape), then each one a /proc scan found, and ends when a scan after that finds none; a
-    fork loop is bounded by the container's pids limit. Raises ``SealError`` when processes
-    survive: no verdict may be written while candidate code still runs.
+    Each round signals all of them at once from the uid of each recent job and of each uid
+    seen alive (which no pid-hopping can escape), then each one a /proc scan found, and ends
+    when a scan after that finds none; a fork loop is bounded by the container's pids limit.
+    Raises ``SealError`` when processes survive: no verdict may be written while candidate code
+    still runs.
     """
+    count = _job_count()
+    recent = _uids_since_last_reap(count)
+    area_key = os.environ.get(CANDIDATE_AREA_VAR, "")
     killed: set[int] = set()
     for _ in range(_REAP_ROUNDS):
-        pids = candidate_pids()
-        _signal_all()
-        for pid in pids:
-            # Found alive: killed by the signal above, or by this one.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            killed.add(pid)
-        if not pids and not candidate_pids():
+        alive = candidate_processes()
+        for uid in sorted(recent | set(alive)):
+            _signal_all(uid)
+        for pids in alive.values():
+            for pid in pids:
+                # Found alive: killed by the signal above, or by this one.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        if not alive and not candidate_pids():
+            _swept_jobs[area_key] = count
             return len(killed)
         time.sleep(0.01)
     left = candidate_pids()
     if left:
         raise SealError(f"{len(left)} candidate processes survived SIGKILL ({left[:5]})")
+    _swept_jobs[area_key] = count
     return len(killed)
 
 
@@ -388,7 +520,7 @@ def clear_traces() -> list[str]:
     The candidate can only create entries in folders it owns or that anyone may write, so the
     walk descends into world-writable folders only and removes candidate-owned entries whole.
     """
-    uid = candidate().uid
+    pool = candidate_uids()
     removed: list[str] = []
     stack = list(SHARED_WRITABLE)
     while stack:  # iterative: no nesting of shared folders can stop it
@@ -402,7 +534,7 @@ def clear_traces() -> list[str]:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if st.st_uid == uid:
+            if st.st_uid in pool:
                 _remove(entry.path)
                 removed.append(entry.path)
             elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
@@ -415,10 +547,11 @@ def clear_traces() -> list[str]:
 SYSV_IPC_TABLES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
 
 
-def candidate_ipc_objects() -> int:
-    """How many System V IPC objects the candidate owns or created."""
-    uid = str(candidate().uid)
-    count = 0
+def candidate_ipc_objects() -> dict[int, int]:
+    """How many System V IPC objects each candidate uid owns or created (an object a job
+    created and then gave to another owner still counts for its creator)."""
+    pool = candidate_uids()
+    count: dict[int, int] = {}
     for table in SYSV_IPC_TABLES:
         try:
             lines = Path(table).read_text().splitlines()
@@ -428,23 +561,26 @@ def candidate_ipc_objects() -> int:
             continue
         header = lines[0].split()
         columns = [header.index(c) for c in ("uid", "cuid") if c in header]
-        count += sum(1 for line in lines[1:]
-                     if any(line.split()[i] == uid for i in columns if i < len(line.split())))
+        for line in lines[1:]:
+            fields = line.split()
+            uids = {int(fields[i]) for i in columns if i < len(fields) and fields[i].isdigit()}
+            for uid in uids & set(pool):
+                count[uid] = count.get(uid, 0) + 1
     return count
 
 
 def clear_ipc() -> int:
-    """Remove every System V IPC object the candidate owns or created; the number there was.
+    """Remove every System V IPC object a candidate uid owns or created; the number there was.
 
     Only an object's owner or creator (or CAP_SYS_ADMIN, which the judge does not hold) may
-    remove it, so ``ipcrm --all`` runs as the candidate: it removes exactly those."""
+    remove it, so ``ipcrm --all`` runs as each of those uids: it removes exactly theirs."""
     found = candidate_ipc_objects()
-    if found:
-        _run_as_candidate(["ipcrm", "--all"])
-        left = candidate_ipc_objects()
-        if left:
-            raise SealError(f"{left} System V IPC objects of the candidate survived ipcrm")
-    return found
+    for uid in sorted(found):
+        _run_as(["ipcrm", "--all"], uid)
+    left = sum(candidate_ipc_objects().values())
+    if left:
+        raise SealError(f"{left} System V IPC objects of the candidate survived ipcrm")
+    return sum(found.values())
 
 
 def end_job() -> int:
@@ -469,19 +605,23 @@ def end_job() -> int:
         killed = reap()
 
     def seal_jobs() -> None:
-        uid = candidate().uid
+        pool = candidate_uids()
         for entry in list(os.scandir(area())):
             try:
                 owner = entry.stat(follow_symlinks=False).st_uid
             except OSError:
                 continue
-            if owner == uid:
+            if owner in pool:
                 seal(Path(entry.path))
 
     step("killing the candidate's processes", kill)
     step("clearing the shared folders", clear_traces)
     step("removing System V IPC objects", clear_ipc)
     step("sealing the job folders", seal_jobs)
+    # The job is over whatever the cleanup did: the next one runs as another uid, with its
+    # own reaper.
+    step("ending the job's reaper", _end_reaper)
+    _end_identity()
     if failures:
         message = "cleanup after a candidate job failed: " + "; ".join(failures)
         flag_grader_defect(message)

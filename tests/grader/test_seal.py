@@ -232,7 +232,7 @@ def test_one_signal_from_the_candidate_uid_ends_every_candidate_process() -> Non
         time.sleep(0.05)
     assert len(sealed.candidate_pids()) >= 4
 
-    sealed._signal_all_as_candidate()
+    sealed._signal_all_as(who["user"])
     assert [p.wait(timeout=10) for p in direct] == [-signal.SIGKILL] * 3
     deadline = time.monotonic() + 10
     while sealed.candidate_pids() and time.monotonic() < deadline:
@@ -357,6 +357,70 @@ def test_a_survivor_that_hops_kills_helpers_and_ignores_signals_outlives_no_job(
     script.unlink()
 
 
+# A process of one job trying to reach another job: signal its process, read that process's
+# environment (the kernel's ptrace access check), list its job folder.
+REACH = r"""
+import json, os, sys
+pid, folder, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+reached = []
+for what, attempt in (("signal", lambda: os.kill(pid, 0)),
+                      ("environ", lambda: open(f"/proc/{pid}/environ", "rb").read()),
+                      ("folder", lambda: os.listdir(folder))):
+    try:
+        attempt()
+        reached.append(what)
+    except OSError:
+        pass
+print(json.dumps({"uid": os.getuid(), "reached": reached}))
+"""
+
+
+def test_each_job_has_a_uid_of_its_own_that_no_other_job_can_reach(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs in turn get two uids of the pool. A process of the first job still alive (as if
+    it had escaped the kill: the test moves to the next job without the cleanup) can neither
+    signal nor inspect the second job's process nor list its folder, nor the other way round,
+    while each reaches its own (the probe can see a reach). The next cleanup ends both."""
+    monkeypatch.setenv(sealed.CANDIDATE_UIDS_VAR, "8")
+    fd, name = tempfile.mkstemp(prefix="reach-", suffix=".py", dir="/tmp")
+    os.write(fd, REACH.encode())
+    os.close(fd)
+    probe = Path(name)
+    probe.chmod(0o644)
+
+    def start_job(label: str) -> tuple[Path, subprocess.Popen[bytes], dict[str, Any]]:
+        folder = sealed.job_dir(label)
+        who = dict(sealed.popen_identity())
+        sleeper = subprocess.Popen(["sleep", "600"], cwd=folder, start_new_session=True, **who)
+        return folder, sleeper, who
+
+    def reach(who: dict[str, Any], pid: int, folder: Path) -> list[str]:
+        out = subprocess.run([sys.executable, str(probe), str(pid), str(folder), "-"],
+                             cwd="/", capture_output=True, timeout=60, check=True, **who)
+        found = json.loads(out.stdout)
+        assert found["uid"] == who["user"]
+        return list(found["reached"])
+
+    first, first_sleeper, first_who = start_job("first")
+    # A stand-in for a process that escaped the first job's kill: the job is over, no cleanup.
+    sealed._end_reaper()
+    sealed._end_identity()
+    second, second_sleeper, second_who = start_job("second")
+    pool = sealed.candidate_uids()
+    assert first_who["user"] != second_who["user"]
+    assert {first_who["user"], second_who["user"]} <= set(pool)
+
+    assert reach(first_who, second_sleeper.pid, second) == []
+    assert reach(second_who, first_sleeper.pid, first) == []
+    assert reach(second_who, second_sleeper.pid, second) == ["signal", "environ", "folder"]
+
+    sealed.end_job()
+    assert first_sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert second_sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert sealed.candidate_pids() == []
+    probe.unlink()
+
+
 # What a candidate job leaves to stop the cleanup or to reach the next job: a tree far deeper
 # than any recursion, a folder of 20,000 files, closed modes, a file held open by a child,
 # System V objects of every kind, a POSIX message queue, links to the judge's files, and a
@@ -408,23 +472,25 @@ mounted = libc.mount(b"none", os.path.join(job).encode(), b"tmpfs", 0, None)
 print("mount", mounted, ctypes.get_errno(), flush=True)
 """
 
-# What the next job looks for: anything of the candidate uid anywhere it could reach.
+# What the next job looks for: anything of any candidate uid anywhere it could reach.
 LOOK = r"""
 import json, os, sys
-me = os.getuid()
+first, count = (int(x) for x in sys.argv[3].split(","))
+pool = range(first, first + count)
 found = []
 for root in ("/tmp", "/dev/shm", "/dev/mqueue", "/var/tmp"):
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             try:
-                if os.lstat(path).st_uid == me:
+                if os.lstat(path).st_uid in pool:
                     found.append(path)
             except OSError:
                 pass
 for table in ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem"):
     lines = open(table).read().splitlines()
-    found += [f"{table}: {l}" for l in lines[1:] if str(me) in l.split()]
+    found += [f"{table}: {l}" for l in lines[1:]
+              if any(f.isdigit() and int(f) in pool for f in l.split())]
 try:
     os.listdir(sys.argv[1])
     found.append("the earlier job's folder is readable")
@@ -445,7 +511,7 @@ def test_no_trace_of_a_job_stops_the_cleanup_or_reaches_the_next_job() -> None:
                           capture_output=True, timeout=600, **sealed.popen_identity())
     assert made.returncode == 0, made.stderr[-2000:]
     assert b"mount -1" in made.stdout  # a mount the candidate is not allowed to make
-    assert sealed.candidate_ipc_objects() >= 3
+    assert sum(sealed.candidate_ipc_objects().values()) >= 3
     sealed.end_job()  # nothing it left may stop this
     traces.unlink()
     fd, name = tempfile.mkstemp(prefix="look-", suffix=".py", dir="/tmp")
@@ -455,7 +521,9 @@ def test_no_trace_of_a_job_stops_the_cleanup_or_reaches_the_next_job() -> None:
     look.chmod(0o644)
     second = sealed.job_dir("look")
     result = second / "found.json"
-    subprocess.run([sys.executable, str(look), str(first), str(result)], cwd=second,
+    pool = sealed.candidate_uids()
+    subprocess.run([sys.executable, str(look), str(first), str(result),
+                    f"{pool.start},{len(pool)}"], cwd=second,
                    check=True, timeout=300, **sealed.popen_identity())
     sealed.end_job()
     look.unlink()
