@@ -108,7 +108,7 @@ def calibrate(task: TaskOption,
               rejudge: Annotated[bool, typer.Option(
                   help="re-derive the verdicts of the committed calibration, run nothing")]
               = False) -> None:
-    """Track 1: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
+    """Calibration: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
     from harness.traincheck.track import cpu_configs, rejudge_calibration, run_calibration
     from harness.traincheck.variants import task_files
 

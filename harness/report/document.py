@@ -264,7 +264,7 @@ def _diagnostics(doc: Document, report: Report) -> None:
 
 
 def _calibration(doc: Document, report: Report) -> None:
-    doc.add(Heading(2, "7. Track 1: calibration (apart from the agent comparison)"),
+    doc.add(Heading(2, "7. Calibration of the diagnostic (apart from the agent comparison)"),
             Paragraph("From the committed calibration and capability reports the lock "
                       "digests; never mixed into the comparison of the arms. A coverage-audit "
                       "task runs and is reported, and is kept out of the benefit comparison, "
