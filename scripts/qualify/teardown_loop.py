@@ -275,6 +275,7 @@ def grader_path_main(a: argparse.Namespace) -> None:
     client = docker.from_env()
     labels = {"harness.teardown-loop": "1"}
     started = time.monotonic()
+    image_id = client.images.get(image_tag("grader")).id  # the image the loops run on
     a.log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="grader-path-loop-") as tmp:
         inputs = grader_path_inputs(a.repo_root, a.task, a.variant, Path(tmp), a.py_spy)
@@ -290,9 +291,8 @@ def grader_path_main(a: argparse.Namespace) -> None:
         outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
     lines = [
         f"# Grader-path loop: {a.task} ({a.variant})", "",
-        f"{dt.date.today().isoformat()}, grader image "
-        f"`{client.images.get(image_tag('grader')).id[:19]}`, checkout `{a.repo_root}`; "
-        f"{a.containers} grader container(s) side by side, each grading {a.runs} times with the "
+        f"{dt.date.today().isoformat()}, grader image `{image_id[:19]}`, checkout "
+        f"`{a.repo_root}`; {a.containers} grader container(s) side by side, each grading {a.runs} times with the "
         f"hidden checks left out; a launcher alive after {a.stall_s:g} s counts as stalled "
         f"(logs: `{a.log_dir}`).", "",
         "| grades | public-tests outcomes | stalled launchers | reruns | median wall | slowest "
