@@ -176,8 +176,11 @@ def _uids_of(pid: str) -> set[int]:
     and is no candidate process (grading.reaper)."""
     with open(f"/proc/{pid}/status", "rb") as fh:
         text = fh.read().decode("ascii", "replace")
-    for line in text.splitlines():
-        if line.startswith("Uid:"):
+    # Split on newlines only: the first line is the process's own name, which it sets at will,
+    # and the kernel escapes only "\n" and "\\" in it, so a name holding "\rUid:\t0..." would
+    # be a line of its own to str.splitlines() and hide the process from every scan.
+    for line in text.split("\n"):
+        if line.startswith("Uid:\t"):
             real, _effective, saved, _fs = (int(x) for x in line.split()[1:5])
             return {real, saved}
     return set()
@@ -288,6 +291,10 @@ class _Reaper:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+        for pipe in (self.proc.stdin, self.proc.stdout):  # one reaper per job: no fd may leak
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 _reaper: _Reaper | None = None
@@ -331,22 +338,42 @@ def _end_reaper() -> None:
 
 def _signal_all(uid: int) -> None:
     """kill(-1, SIGKILL) to every process of the job uid ``uid``: by the job's reaper, which
-    the candidate cannot signal; if there is none (only root or the kernel can end it, and a
-    job another judge process ran has its reaper there), by a short-lived helper of that uid."""
+    the candidate cannot signal; if there is none (a job another judge process ran, whose
+    reaper ended with it) or it did not answer, by a one-shot reaper started now."""
     if _reaper is not None and _reaper_for == uid and _reaper.alive() and _reaper.kill_all():
         return
     _signal_all_as(uid)
 
 
+# A one-shot reaper: the same identity as grading.reaper's (real and saved uid its own,
+# effective uid the job's), then one kill(-1). No site import (-S -I): it starts in a few
+# milliseconds and imports nothing a candidate could have written.
+_ONE_SHOT = """import os, sys
+job, own = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setresgid(own, own, own)
+os.setresuid(own, job, own)
+try:
+    os.kill(-1, 9)
+except ProcessLookupError:
+    pass
+"""
+
+
 def _signal_all_as(uid: int) -> None:
-    """``kill(-1, SIGKILL)`` from a process of ``uid``: the kernel signals every process that
+    """``kill(-1, SIGKILL)`` with the right of ``uid``: the kernel signals every process that
     uid may signal (all of the job's, in this container's pid namespace; the caller is spared)
     in one walk of its task list, and a fork racing it is aborted. A scan of /proc cannot do
     that: a process that forks and exits thousands of times a second is never where the scan
-    looks. Skipped when nothing can start (at the pids limit): the per-pid kills then make room
-    for the next round."""
+    looks. Sent from a one-shot reaper the candidate can neither signal nor stop (real and
+    saved uid not the job's; a plain ``kill`` run as the job uid could be killed by a process
+    that watches for it). Skipped when nothing can start (at the pids limit): the per-pid kills
+    of each round then make room for the next."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        _run_as([KILL_BINARY, "-KILL", "-1"], uid)
+        subprocess.run([sys.executable, "-I", "-S", "-c", _ONE_SHOT, str(uid),
+                        str(reaper_uid())], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                       timeout=30, check=False)
 
 
 def _run_as(argv: list[str], uid: int) -> None:
@@ -390,11 +417,11 @@ def _job_count() -> int:
 def reap() -> int:
     """SIGKILL every candidate process until none is left; the number seen and killed.
 
-    Each round signals all of them at once from the uid of each recent job and of each uid
-    seen alive (which no pid-hopping can escape), then each one a /proc scan found, and ends
-    when a scan after that finds none; a fork loop is bounded by the container's pids limit.
-    Raises ``SealError`` when processes survive: no verdict may be written while candidate code
-    still runs.
+    Each round kills each process a /proc scan found, then signals all of them at once from
+    the uid of each recent job and of each uid seen alive (which no pid-hopping can escape),
+    and ends when a scan after that finds none; a fork loop is bounded by the container's pids
+    limit. Raises ``SealError`` when processes survive: no verdict may be written while
+    candidate code still runs.
     """
     count = _job_count()
     recent = _uids_since_last_reap(count)
@@ -402,14 +429,15 @@ def reap() -> int:
     killed: set[int] = set()
     for _ in range(_REAP_ROUNDS):
         alive = candidate_processes()
-        for uid in sorted(recent | set(alive)):
-            _signal_all(uid)
+        # What the scan found goes first (root's CAP_KILL): busy processes of the job that
+        # starve its reaper are gone before the reaper is asked.
         for pids in alive.values():
             for pid in pids:
-                # Found alive: killed by the signal above, or by this one.
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
+        for uid in sorted(recent | set(alive)):
+            _signal_all(uid)
         if not alive and not candidate_pids():
             _swept_jobs[area_key] = count
             return len(killed)

@@ -242,13 +242,53 @@ def test_one_signal_from_the_candidate_uid_ends_every_candidate_process() -> Non
 
 # A candidate that tries everything to outlive its job: it ignores every signal it may ignore,
 # hops pids (forks, and the parent exits) without pause, and kills any other process of its
-# uid the moment it appears (a kill helper started as the candidate uid would be one).
+# uid the moment it appears (a kill helper started as the candidate uid would be one). With
+# "disguise" every process of it takes a name that reads as a uid-0 line of /proc/PID/status
+# to a parser that splits on "\r"; with "starve" it first gives its reaper the idle scheduling
+# class and one CPU, and fills that CPU with busy processes.
 SURVIVOR = r"""
 import ctypes, os, signal, sys, time
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
     signal.signal(sig, signal.SIG_IGN)
 me = os.getuid()
 heartbeat = sys.argv[1]
+modes = sys.argv[2].split(",")
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def disguise():
+    if "disguise" in modes:
+        libc.prctl(15, b"\rUid:\t0\t0\t0\t0", 0, 0, 0)  # PR_SET_NAME
+
+
+def reapers():
+    # Processes whose effective uid is this one's and whose real uid is not: the reaper.
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                for line in fh.read().split("\n"):
+                    if line.startswith("Uid:\t"):
+                        real, eff = (int(x) for x in line.split()[1:3])
+                        if eff == me and real != me:
+                            yield int(name)
+        except (OSError, ValueError):
+            pass
+
+
+disguise()
+if "starve" in modes:
+    for pid in reapers():
+        try:
+            os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setaffinity(pid, {0})
+        except OSError:
+            pass
+    for _ in range(30):
+        if os.fork() == 0:
+            disguise()
+            os.sched_setaffinity(0, {0})
+            while True:
+                pass
 
 
 def strangers():
@@ -268,7 +308,7 @@ def strangers():
 
 
 if os.fork() == 0:  # the helper killer, woken the moment a kill binary is opened
-    libc = ctypes.CDLL(None, use_errno=True)
+    disguise()
     watch = libc.inotify_init()
     for path in (b"/bin/kill", b"/usr/bin/kill", b"/usr/bin/ipcrm", b"/bin/sh"):
         libc.inotify_add_watch(watch, path, 0x20 | 0x01)  # IN_OPEN | IN_ACCESS
@@ -290,10 +330,15 @@ if os.fork() == 0:  # the helper killer, woken the moment a kill binary is opene
 while True:  # the pid hopper
     if os.fork():
         os._exit(0)
+    disguise()
     if os.getpid() % 7 == 0:
         os.setsid()
-    with open(heartbeat, "w") as fh:
-        fh.write(str(time.time()))
+    try:  # the judge's file, which the job can write and not remove: it outlives the seal
+        beat = os.open(heartbeat, os.O_WRONLY | os.O_APPEND)
+        os.write(beat, b".")
+        os.close(beat)
+    except OSError:
+        pass
 """
 
 
@@ -331,30 +376,84 @@ def test_a_reaper_that_answers_late_is_replaced_and_its_answer_never_read(
     assert fresh.kill_all() and fresh.alive()
 
 
-def test_a_survivor_that_hops_kills_helpers_and_ignores_signals_outlives_no_job() -> None:
-    """Run a few hundred times: the job ends, and no process of it is alive in the next."""
+def survivor_outlives_no_job(runs: int, modes: str, *, reaper_gone: bool = False) -> None:
+    """Start SURVIVOR as a job ``runs`` times and end the job: no process of it may be alive
+    afterwards, by the scans and by the survivor's own heartbeat, which must stop."""
     # Where the candidate can read it (pytest's own folders are closed to it).
     fd, name = tempfile.mkstemp(prefix="survivor-", suffix=".py", dir="/tmp")
     os.write(fd, SURVIVOR.encode())
     os.close(fd)
     script = Path(name)
     script.chmod(0o644)
-    runs = int(os.environ.get("GRADING_SURVIVOR_RUNS", "300"))
     for run in range(runs):
         job = sealed.job_dir("survivor")
-        beat = job / "beat"
-        subprocess.Popen([sys.executable, str(script), str(beat)], cwd=job,
+        # Root's and writable by all, in /tmp: the cleanup leaves it and a survivor could
+        # still write it after its job folder is sealed, so a beat after the job is proof.
+        fd, beat_name = tempfile.mkstemp(prefix="beat-", dir="/tmp")
+        os.close(fd)
+        beat = Path(beat_name)
+        beat.chmod(0o666)
+        subprocess.Popen([sys.executable, str(script), str(beat), modes], cwd=job,
                          start_new_session=True, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, **sealed.popen_identity())
         deadline = time.monotonic() + 10
-        while not beat.exists() and time.monotonic() < deadline:
+        while not beat.stat().st_size and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert beat.exists(), f"run {run}: the survivor never started"
+        assert beat.stat().st_size, f"run {run}: the survivor never started"
+        if reaper_gone:
+            # A stand-in for a judge process killed mid-job: its reaper goes with it, and the
+            # job is ended by another judge process, which has no reaper for its uid.
+            sealed._end_reaper()
         sealed.end_job()
         assert sealed.candidate_pids() == [], f"run {run}: a candidate process outlived reap"
-        time.sleep(0.02)
+        last = beat.stat().st_size
+        time.sleep(0.3)
+        assert beat.stat().st_size == last, f"run {run}: the survivor still beats"
         assert sealed.candidate_pids() == [], f"run {run}: a candidate process came back"
+        beat.unlink()
     script.unlink()
+
+
+def test_a_survivor_that_hops_kills_helpers_and_ignores_signals_outlives_no_job() -> None:
+    """Run a few hundred times: the job ends, and no process of it is alive in the next."""
+    survivor_outlives_no_job(int(os.environ.get("GRADING_SURVIVOR_RUNS", "300")), "plain")
+
+
+def test_a_process_named_like_a_uid_line_is_found_by_the_scans() -> None:
+    """/proc/PID/status begins with the process's own name, which it sets: one holding
+    "\\rUid:\\t0\\t0\\t0\\t0" must still count as the candidate's (it is the job's uid)."""
+    code = ("import ctypes, sys, time\n"
+            "ctypes.CDLL(None).prctl(15, b'\\rUid:\\t0\\t0\\t0\\t0', 0, 0, 0)\n"
+            "sys.stdout.write('named\\n')\n"
+            "sys.stdout.flush()\n"
+            "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            start_new_session=True, **sealed.popen_identity())
+    assert proc.stdout is not None and proc.stdout.readline() == b"named\n"
+    with open(f"/proc/{proc.pid}/status", "rb") as fh:
+        assert fh.read().startswith(b"Name:\t\rUid:")  # the kernel kept the disguise
+    assert proc.pid in sealed.candidate_pids()
+    sealed.end_job()
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_survivor_named_to_hide_from_the_scans_outlives_no_job() -> None:
+    """A process name holding "\\rUid:\\t0..." cannot pass for a process of uid 0."""
+    survivor_outlives_no_job(30, "disguise")
+
+
+def test_a_survivor_whose_judge_process_was_killed_outlives_no_job() -> None:
+    """The job's reaper is gone with its judge process; the judge that ends the job kills with
+    a one-shot reaper the survivor can neither signal nor stop, not with a kill it can race."""
+    survivor_outlives_no_job(30, "disguise", reaper_gone=True)
+
+
+def test_a_survivor_that_starves_its_reaper_outlives_no_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its reaper idle-class and pinned under 30 busy processes: the judge kills what its scan
+    finds first, and a reaper that still answers late is replaced by a one-shot one."""
+    monkeypatch.setattr(sealed, "_REAPER_ANSWER_S", 3.0)
+    survivor_outlives_no_job(5, "disguise,starve")
 
 
 # A process of one job trying to reach another job: signal its process, read that process's
