@@ -56,8 +56,10 @@ from typing import TypedDict
 CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
 # How many uids from the first one the jobs take in turn (default 1: every job the same uid).
 CANDIDATE_UIDS_VAR = "GRADING_CANDIDATE_UIDS"
-# In the area, root's (0600): how many jobs have taken a uid so far, for every judge process.
+# In the area, root's (0600), for every judge process of the grade: how many jobs have taken a
+# uid so far, and how many of them a reap has swept since.
 _JOB_COUNTER = ".job-uids"
+_SWEPT_COUNTER = ".job-uids-swept"
 # Where job folders go (a root-owned 0711 folder: the candidate can reach a job folder it is
 # told about, and cannot list or create anything there).
 CANDIDATE_AREA_VAR = "GRADING_CANDIDATE_AREA"
@@ -108,29 +110,40 @@ _job_lock = threading.Lock()
 _job_uid: int | None = None
 
 
-def _next_job_index() -> int:
-    """How many jobs took a uid before this one, counted across the grade's judge processes
-    (the grade and its hidden checks' pytest run jobs in turn, never at once)."""
-    global _local_jobs
+def _area_count(name: str, change: Callable[[int], int] | None = None) -> int | None:
+    """A count kept in a root-only file of the area, shared by the grade's judge processes
+    (which run jobs in turn, never at once): its value, then ``change`` of it is stored if
+    given. None when there is no area (a judge command outside a grade)."""
     where = os.environ.get(CANDIDATE_AREA_VAR)
     if not where or not os.path.isdir(where):
-        _local_jobs += 1  # no area (a judge command outside a grade): this process counts
-        return _local_jobs - 1
-    fd = os.open(os.path.join(where, _JOB_COUNTER), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                 0o600)
+        return None
+    fd = os.open(os.path.join(where, name), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.read(fd, 32).decode("ascii", "replace").strip()
-        index = int(raw) if raw.isdigit() else 0
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(index + 1).encode())
-        return index
+        value = int(raw) if raw.isdigit() else 0
+        if change is not None:
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, str(change(value)).encode())
+        return value
     finally:
         os.close(fd)
 
 
+# Without an area, this process counts alone: jobs taken, and swept by its last reap.
 _local_jobs = 0
+_local_swept = 0
+
+
+def _next_job_index() -> int:
+    """How many jobs took a uid before this one, counted across the grade's judge processes."""
+    global _local_jobs
+    index = _area_count(_JOB_COUNTER, lambda n: n + 1)
+    if index is None:
+        _local_jobs += 1
+        return _local_jobs - 1
+    return index
 
 
 def candidate() -> Candidate:
@@ -384,16 +397,12 @@ def _run_as(argv: list[str], uid: int) -> None:
                    extra_groups=[], umask=0o077)
 
 
-# Per area: the count of jobs (see _next_job_index) this process's last reap swept up to.
-_swept_jobs: dict[str, int] = {}
-
-
 def _uids_since_last_reap(count: int) -> set[int]:
-    """The uids of every job begun since this process last reaped, whichever judge process ran
+    """The uids of every job begun since a reap last ended clean, whichever judge process ran
     it (a hidden check's pytest killed mid-check leaves its job to the grade)."""
     pool = candidate_uids()
-    swept = _swept_jobs.get(os.environ.get(CANDIDATE_AREA_VAR, ""), 0)
-    recent = range(max(swept, count - len(pool)), count)
+    swept = _area_count(_SWEPT_COUNTER)
+    recent = range(max(_local_swept if swept is None else swept, count - len(pool)), count)
     uids = {pool[i % len(pool)] for i in recent}
     if _job_uid is not None:
         uids.add(_job_uid)
@@ -402,16 +411,15 @@ def _uids_since_last_reap(count: int) -> set[int]:
 
 def _job_count() -> int:
     """How many jobs have taken a uid so far (see :func:`_next_job_index`)."""
-    where = os.environ.get(CANDIDATE_AREA_VAR)
-    if not where or not os.path.isfile(os.path.join(where, _JOB_COUNTER)):
-        return _local_jobs
-    fd = os.open(os.path.join(where, _JOB_COUNTER), os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        raw = os.read(fd, 32).decode("ascii", "replace").strip()
-        return int(raw) if raw.isdigit() else 0
-    finally:
-        os.close(fd)
+    count = _area_count(_JOB_COUNTER)
+    return _local_jobs if count is None else count
+
+
+def _swept_up_to(count: int) -> None:
+    """A reap ended clean: every job before ``count`` has no process left."""
+    global _local_swept
+    if _area_count(_SWEPT_COUNTER, lambda old: max(old, count)) is None:
+        _local_swept = max(_local_swept, count)
 
 
 def reap() -> int:
@@ -425,7 +433,6 @@ def reap() -> int:
     """
     count = _job_count()
     recent = _uids_since_last_reap(count)
-    area_key = os.environ.get(CANDIDATE_AREA_VAR, "")
     killed: set[int] = set()
     for _ in range(_REAP_ROUNDS):
         alive = candidate_processes()
@@ -439,13 +446,13 @@ def reap() -> int:
         for uid in sorted(recent | set(alive)):
             _signal_all(uid)
         if not alive and not candidate_pids():
-            _swept_jobs[area_key] = count
+            _swept_up_to(count)
             return len(killed)
         time.sleep(0.01)
     left = candidate_pids()
     if left:
         raise SealError(f"{len(left)} candidate processes survived SIGKILL ({left[:5]})")
-    _swept_jobs[area_key] = count
+    _swept_up_to(count)
     return len(killed)
 
 
