@@ -422,6 +422,35 @@ def _swept_up_to(count: int) -> None:
         _local_swept = max(_local_swept, count)
 
 
+def collect_zombie_children() -> int:
+    """Wait for every dead child of this judge process that a candidate uid made; the number.
+
+    A candidate's process whose parent is the judge (the job's first process, or the shell
+    that runs a string command) can make more such children (``clone(CLONE_PARENT)``, itself
+    or through ``ptrace`` of that shell) and let them die: nothing else collects them, and
+    their ``/proc/PID/stat`` (a name of the candidate's choosing), readable by any uid, would
+    carry data to a later job, or fill the pids limit so that no later job, nor the judge,
+    can start a thread. Only dead children of a candidate uid are collected: the judge's
+    ``Popen`` objects of live jobs, and its own helpers, are not touched (a job's ``Popen`` has
+    been waited for before its job ends)."""
+    pool = set(candidate_uids())
+    me = str(os.getpid())
+    collected = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[-1].split()
+            if fields[0] != "Z" or fields[1] != me or not _uids_of(name) & pool:
+                continue
+            if os.waitpid(int(name), os.WNOHANG)[0]:
+                collected += 1
+        except (OSError, IndexError, ChildProcessError):
+            continue
+    return collected
+
+
 def reap() -> int:
     """SIGKILL every candidate process until none is left; the number seen and killed.
 
@@ -650,6 +679,7 @@ def end_job() -> int:
                 seal(Path(entry.path))
 
     step("killing the candidate's processes", kill)
+    step("collecting the candidate's dead children", collect_zombie_children)
     step("clearing the shared folders", clear_traces)
     step("removing System V IPC objects", clear_ipc)
     step("sealing the job folders", seal_jobs)

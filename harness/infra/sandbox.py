@@ -212,8 +212,12 @@ class Sandbox:
         user: str = INIT_USER,
         cap_add: tuple[str, ...] = INIT_CAPABILITIES,
         gateway_dir: tuple[Path, str] | None = None,
+        sysctls: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        # Settings of the container's own network namespace (the grader's, see
+        # harness.oracle.grade.GRADER_SYSCTLS).
+        self.sysctls = dict(sysctls or {})
         # (host folder, container path) of the model gateway's socket, bind-mounted read-only:
         # the container's one way out when a CLI agent runs in it (it has no network).
         self.gateway_dir = gateway_dir
@@ -268,6 +272,7 @@ class Sandbox:
                            if self.gateway_dir else {})},
             "device_requests": gpu_device_requests(self.gpu_ids),
             "environment": self.environment,
+            **({"sysctls": self.sysctls} if self.sysctls else {}),
             "detach": True,
         }
 

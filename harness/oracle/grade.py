@@ -65,6 +65,11 @@ JUDGE_USER = "0:0"
 # uid (SETUID, SETGID) and kill every one of them (KILL). Everything else is dropped, and
 # no-new-privileges holds for the candidate.
 JUDGE_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID")
+# The container's loopback is shared by every candidate job of a grade, and a closed TCP
+# connection's TIME_WAIT entry (its addresses and ports, readable by any uid in /proc/net/tcp)
+# outlives its job by a minute: with no TIME_WAIT table, a job cannot leave data there for the
+# next one (grading/sealed.py; docs/grading.md).
+GRADER_SYSCTLS = {"net.ipv4.tcp_max_tw_buckets": "0"}
 GRADE_JSON_MAX_BYTES = 16 * 1024**2
 OUTPUT_MAX_BYTES = 256 * 1024**2
 
@@ -82,7 +87,7 @@ def grader_sandbox(client: docker.DockerClient, image: str, *, labels: dict[str,
     """A grader container: the judge as root with ``JUDGE_CAPABILITIES``, nothing else."""
     return Sandbox(client, image, labels=labels, name_hint=name_hint,
                    limits=limits or SandboxLimits(pids=1024), user=JUDGE_USER,
-                   cap_add=JUDGE_CAPABILITIES)
+                   cap_add=JUDGE_CAPABILITIES, sysctls=GRADER_SYSCTLS)
 
 
 def send_inputs(sandbox: Sandbox, entries: dict[str, Path]) -> None:

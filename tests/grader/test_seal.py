@@ -218,6 +218,12 @@ def test_finished_jobs_are_closed_to_later_runs(tmp_path: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def killed_by_the_cleanup(proc: subprocess.Popen[bytes]) -> bool:
+    """A candidate process this test started and then left to ``end_job``: killed, and perhaps
+    already collected by the judge's cleanup (Python then reports 0, the status being gone)."""
+    return proc.wait(timeout=10) in (-signal.SIGKILL, 0) and not Path(f"/proc/{proc.pid}").exists()
+
+
 def test_one_signal_from_the_candidate_uid_ends_every_candidate_process() -> None:
     """What makes ``reap`` hold against a process that forks and exits thousands of times a
     second (never where a /proc scan looks): kill(-1) sent from the candidate uid, which the
@@ -368,7 +374,7 @@ def test_a_reaper_that_answers_late_is_replaced_and_its_answer_never_read(
     sleeper = subprocess.Popen(["sleep", "300"], cwd=job, start_new_session=True,
                                **sealed.popen_identity())
     sealed.end_job()
-    assert sleeper.wait(timeout=10) == -signal.SIGKILL  # the fallback killed it
+    assert killed_by_the_cleanup(sleeper)  # the fallback killed it
     assert not slow.alive() and slow.proc.poll() is not None
     sealed.ensure_reaper()
     fresh = sealed._reaper
@@ -434,7 +440,7 @@ def test_a_process_named_like_a_uid_line_is_found_by_the_scans() -> None:
         assert fh.read().startswith(b"Name:\t\rUid:")  # the kernel kept the disguise
     assert proc.pid in sealed.candidate_pids()
     sealed.end_job()
-    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert killed_by_the_cleanup(proc)
 
 
 def test_a_survivor_named_to_hide_from_the_scans_outlives_no_job() -> None:
@@ -514,10 +520,83 @@ def test_each_job_has_a_uid_of_its_own_that_no_other_job_can_reach(
     assert reach(second_who, second_sleeper.pid, second) == ["signal", "environ", "folder"]
 
     sealed.end_job()
-    assert first_sleeper.wait(timeout=10) == -signal.SIGKILL
-    assert second_sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert killed_by_the_cleanup(first_sleeper) and killed_by_the_cleanup(second_sleeper)
     assert sealed.candidate_pids() == []
     probe.unlink()
+
+
+# A job's first process (the judge's child) makes more children of the judge with
+# clone(CLONE_PARENT), each named with 12 bytes of a message, that die at once: zombies of the
+# judge whose names any uid can read, and whose pids count against the container's limit.
+ZOMBIE_WRITER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_clone, CLONE_PARENT, SIGCHLD, PR_SET_NAME, SYS_exit = 56, 0x8000, 17, 15, 60
+data = sys.argv[1].encode()
+for i in range(0, len(data), 12):
+    name = b"Z" + bytes([0x21 + i // 12]) + data[i:i + 12]
+    if libc.syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0) == 0:
+        libc.prctl(PR_SET_NAME, name, 0, 0, 0)
+        libc.syscall(SYS_exit, 0)
+"""
+
+ZOMBIE_READER = r"""
+import os
+found = []
+for p in os.listdir("/proc"):
+    try:
+        raw = open(f"/proc/{p}/stat", "rb").read()
+    except OSError:
+        continue
+    comm = raw[raw.index(b"(") + 1: raw.rindex(b")")]
+    if comm.startswith(b"Z"):
+        found.append(comm.decode(errors="replace"))
+print(len(found))
+"""
+
+
+def test_dead_children_a_job_gives_the_judge_reach_no_later_job() -> None:
+    """The cleanup collects every dead child of the judge that a candidate uid made: the next
+    job (another uid) finds none of the message, and the pids are free again."""
+    from grading.run import run_command
+
+    log = Path(tempfile.mkdtemp(prefix="zombies-"))
+    message = "job A's secret: weights at step 17 were 0.123456789 " * 4
+    run_command([sys.executable, "-c", ZOMBIE_WRITER, message], cwd=Path("/"),
+                env={"PATH": "/usr/bin:/bin"}, timeout_s=60, log_path=log / "a.log")
+    later = subprocess.run([sys.executable, "-c", ZOMBIE_READER], cwd="/", capture_output=True,
+                           timeout=60, check=True, **sealed.popen_identity())
+    sealed.end_job()
+    assert later.stdout.strip() == b"0"
+    left = subprocess.run([sys.executable, "-c", ZOMBIE_READER], capture_output=True,
+                          timeout=60, check=True)
+    assert left.stdout.strip() == b"0"  # none left at all, seen from the judge
+    shutil.rmtree(log, ignore_errors=True)
+
+
+TIME_WAIT = r"""
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+for _ in range(5):
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    client.close()  # the side that closes first keeps the TIME_WAIT entry
+    accepted.close()
+server.close()
+"""
+
+
+def test_a_closed_connection_leaves_no_time_wait_entry_for_the_next_job() -> None:
+    """The grader container keeps no TIME_WAIT table (``GRADER_SYSCTLS``): a job cannot encode
+    data in the addresses and ports of its closed connections, which /proc/net/tcp shows to
+    every uid for a minute."""
+    subprocess.run([sys.executable, "-c", TIME_WAIT], cwd="/", check=True, timeout=60,
+                   **sealed.popen_identity())
+    sealed.end_job()
+    entries = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    assert [e for e in entries if e[3] == "06"] == []  # 06: TIME_WAIT
 
 
 # What a candidate job leaves to stop the cleanup or to reach the next job: a tree far deeper
