@@ -24,7 +24,7 @@ where its checkpoint is). What a later run must read is handed over as a copy in
 folder (:func:`give`).
 
 **A uid of its own per job.** The candidate uids are a pool: ``GRADING_CANDIDATE_UID`` is the
-first, ``GRADING_CANDIDATE_UIDS`` how many (the grader image sets both and gives each a name).
+first, ``GRADING_CANDIDATE_UIDS`` how many (the grader image sets both and names each `candidate`).
 Each job takes the next uid of the pool (a counter in the area, shared by every judge process of
 a grade) and keeps it until :func:`end_job`, so a process of one job, even one that escaped a
 kill, can neither signal, trace nor read the processes and files of a later job: the kernel
