@@ -249,12 +249,10 @@ def grader_path_inputs(repo_root: Path, task: str, variant: str, dest: Path,
 def grader_path_loop(client: docker.DockerClient, inputs: Path, *, runs: int, stall_s: float,
                      labels: dict[str, str], artifact: Path) -> list[GraderPathRun]:
     """grader_path_loop.py in a grader container (the judge's settings, plus CAP_SYS_PTRACE)."""
-    from harness.oracle.grade import JUDGE_CAPABILITIES, JUDGE_USER
+    from harness.oracle.grade import JUDGE_USER, grader_sandbox
 
-    box = Sandbox(client, image_tag("grader"), labels=labels, name_hint="grader-path-loop",
-                  limits=SandboxLimits(pids=1024), user=JUDGE_USER,
-                  cap_add=(*JUDGE_CAPABILITIES, "SYS_PTRACE"))
-    with box:
+    with grader_sandbox(client, image_tag("grader"), labels=labels,
+                        name_hint="grader-path-loop", extra_capabilities=("SYS_PTRACE",)) as box:
         box.put_archive("/workspace", workspace_archive(inputs))
         result = box.exec(["python", "/workspace/teardown/grader_path_loop.py", str(runs),
                            str(stall_s), "/workspace"], timeout_s=runs * 900,
