@@ -223,6 +223,14 @@ OBJECTIVE_FLAGS = ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-fac
                    "--dtype", "fp64", "--seed", "0"]
 OBJECTIVE_CFG = R.Cfg(experts=4, top_k=2, capacity_factor=1.25, aux_weight=OBJECTIVE_AUX_WEIGHT)
 OBJECTIVE_CONFIGS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
+# The same replay with every MoE option away from TASK.md's default at once (3 experts, top-1,
+# capacity factor 0.5 so that about half the assignments are dropped, aux weight 0.1): a trainer
+# or layer that takes another path, or draws another random number, only when an option is set
+# leaves the judge's replay there while it matches it at the defaults.
+OPTIONS_FLAGS = ["--moe-experts", "3", "--moe-top-k", "1", "--moe-capacity-factor", "0.5",
+                 "--moe-aux-weight", "0.1", "--global-batch", "16", "--dtype", "fp64",
+                 "--seed", "0"]
+OPTIONS_CFG = R.Cfg(experts=3, top_k=1, capacity_factor=0.5, aux_weight=0.1)
 
 
 @pytest.fixture(scope="session")
@@ -347,6 +355,18 @@ def objective_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
     if runs["cpu-1"].outcome != "ok":
         return runs, None
     init = _with_export("objective-init", "cpu-1", [*OBJECTIVE_FLAGS, "--steps", "0"], runs_dir)
+    return runs, init
+
+
+@pytest.fixture(scope="session")
+def option_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
+    """As ``objective_runs``, with the MoE options of ``OPTIONS_FLAGS``."""
+    runs = {config: _with_export(f"options-{config}", config,
+                                 [*OPTIONS_FLAGS, "--steps", str(OBJECTIVE_STEPS)], runs_dir)
+            for config in OBJECTIVE_CONFIGS}
+    if runs["cpu-1"].outcome != "ok":
+        return runs, None
+    init = _with_export("options-init", "cpu-1", [*OPTIONS_FLAGS, "--steps", "0"], runs_dir)
     return runs, init
 
 
