@@ -112,15 +112,14 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _left_running(pgid: int, identity: Mapping[str, object] | None, *,
-                  leader_exited: bool) -> list[str]:
-    """The census of what runs in the command's process group and, for a candidate command,
-    of every process of its uid (what left the group too); the exited leader (a zombie until
-    waited for) is not listed. Evidence only: a failure to read is an empty census."""
+def _left_running(pgid: int, uid: int | None, *, leader_exited: bool) -> list[str]:
+    """The census of what runs in the command's process group and, given ``uid`` (a candidate
+    command whose end reaps its uid), of every process of that uid (what left the group too);
+    the exited leader (a zombie until waited for) is not listed. Evidence only: a failure to
+    read is an empty census."""
     try:
         pids = set(census.group_members(pgid))
-        uid = identity.get("user") if identity else None
-        if isinstance(uid, int):
+        if uid is not None:
             pids |= set(sealed.processes_of(uid))
         if leader_exited:
             pids.discard(pgid)
@@ -313,6 +312,8 @@ def run_command(
     deadline = start + timeout_s
     kill_reason: str | None = None
     left: list[str] = []
+    # The census lists the uid's other processes only when the end of this run kills them.
+    reaped_uid = identity.get("user") if identity and reap_candidate else None
     try:
         while not proc.exited():
             if time.monotonic() >= deadline:
@@ -320,7 +321,7 @@ def run_command(
             elif watchdog is not None:
                 kill_reason = watchdog()
             if kill_reason is not None:
-                left = _left_running(proc.pid, identity, leader_exited=False)
+                left = _left_running(proc.pid, reaped_uid, leader_exited=False)
                 _killpg(proc.pid)
                 while not proc.exited():
                     time.sleep(0.01)
@@ -328,7 +329,7 @@ def run_command(
             time.sleep(_POLL_S)
         duration = time.monotonic() - start
         if kill_reason is None:
-            left = _left_running(proc.pid, identity, leader_exited=True)
+            left = _left_running(proc.pid, reaped_uid, leader_exited=True)
         # The leader is a zombie now, so its PGID cannot have been recycled: safe to kill the
         # group even after a normal exit, which takes out children left running in background.
         _killpg(proc.pid)
