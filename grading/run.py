@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from grading import sealed, warm_judge, warm_start
+from grading import census, sealed, warm_judge, warm_start
 from grading.layout import CANDIDATE_ENV
 
 MARKER_VAR = "GRADING_RUN_ID"
@@ -59,6 +59,9 @@ class RunResult:
     survivors: int = 0
     # Candidate-uid processes killed after the run (anything it left, however detached).
     candidate_processes_killed: int = 0
+    # What was still running when the grader ended the command (its census, grading.census):
+    # after a timeout, the stuck tree; after a normal exit, what the leader left behind.
+    left_running: tuple[str, ...] = ()
 
 
 def marked_pids(run_id: str) -> list[int]:
@@ -107,6 +110,22 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _left_running(pgid: int, uid: int | None, *, leader_exited: bool) -> list[str]:
+    """The census of what runs in the command's process group and, given ``uid`` (a candidate
+    command whose end reaps its uid), of every process of that uid (what left the group too);
+    the exited leader (a zombie until waited for) is not listed. Evidence only: a failure to
+    read is an empty census."""
+    try:
+        pids = set(census.group_members(pgid))
+        if uid is not None:
+            pids |= set(sealed.processes_of(uid))
+        if leader_exited:
+            pids.discard(pgid)
+        return census.census(pids)
+    except OSError:
+        return []
 
 
 def _killpg(pgid: int) -> None:
@@ -292,6 +311,9 @@ def run_command(
     start = time.monotonic()
     deadline = start + timeout_s
     kill_reason: str | None = None
+    left: list[str] = []
+    # The census lists the uid's other processes only when the end of this run kills them.
+    reaped_uid = identity.get("user") if identity and reap_candidate else None
     try:
         while not proc.exited():
             if time.monotonic() >= deadline:
@@ -299,12 +321,15 @@ def run_command(
             elif watchdog is not None:
                 kill_reason = watchdog()
             if kill_reason is not None:
+                left = _left_running(proc.pid, reaped_uid, leader_exited=False)
                 _killpg(proc.pid)
                 while not proc.exited():
                     time.sleep(0.01)
                 break
             time.sleep(_POLL_S)
         duration = time.monotonic() - start
+        if kill_reason is None:
+            left = _left_running(proc.pid, reaped_uid, leader_exited=True)
         # The leader is a zombie now, so its PGID cannot have been recycled: safe to kill the
         # group even after a normal exit, which takes out children left running in background.
         _killpg(proc.pid)
@@ -335,6 +360,7 @@ def run_command(
         stragglers_killed=killed,
         survivors=survivors,
         candidate_processes_killed=reaped,
+        left_running=tuple(left),
     )
     with open(log_path, "ab") as fh:
         if timed_out:
@@ -344,4 +370,8 @@ def run_command(
         else:
             end = f"exit code {rc}"
         fh.write(f"\n[grading] {end} after {duration:.2f} s\n".encode())
+        if left:
+            when = "when it was killed" if timed_out else "after it ended (killed then)"
+            fh.write(f"[grading] still running {when}:\n".encode()
+                     + "".join(f"[grading]   {line}\n" for line in left).encode())
     return result

@@ -104,6 +104,40 @@ def test_run_command_sweeps_daemons_after_normal_exit(tmp_path: Path) -> None:
     assert processes_with(token) == []
 
 
+def test_run_command_census_of_what_a_timeout_killed(tmp_path: Path) -> None:
+    """A run the grader kills leaves the census of what was running (where it waited) in its
+    log and result, before the kill."""
+    token = f"grading-test-{uuid.uuid4().hex}"
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(1000)' {token}"
+    res = run_command(f"{sleeper} & echo started; sleep 1000", tmp_path,
+                      {"PATH": os.environ["PATH"]}, 2.0, tmp_path / "log")
+    assert res.timed_out
+    assert any(token in line for line in res.left_running), res.left_running
+    log = (tmp_path / "log").read_text()
+    assert "[grading] still running when it was killed:" in log
+    assert token in log.split("still running when it was killed:", 1)[1]
+    assert processes_with(token) == []
+
+
+def test_run_command_census_after_exit_names_what_the_leader_left(tmp_path: Path) -> None:
+    """A leader that exits while a child goes on (a launcher killed by its own test's timeout
+    leaves its ranks): the child is in the census, its hostile name escaped, then killed."""
+    token = f"grading-test-{uuid.uuid4().hex}"
+    forged = "x\\n[grading] forged: pass"
+    child = (f"{sys.executable} -c \"import os, sys; os.execv(sys.executable, "
+             f"['{forged}', '-c', 'import time; time.sleep(1000)', '{token}'])\"")
+    # The leader exits once the child runs under its new name (argv[0] starts with x).
+    script = f'{child} & until [ "$(head -c 1 /proc/$!/cmdline)" = x ]; do sleep 0.05; done'
+    res = run_command(script, tmp_path, {"PATH": os.environ["PATH"]}, 30, tmp_path / "log")
+    assert res.exit_code == 0 and not res.timed_out
+    (line,) = [line for line in res.left_running if token in line]
+    assert "\\n[grading] forged: pass" in line
+    log = (tmp_path / "log").read_text()
+    assert "[grading] still running after it ended (killed then):" in log
+    assert not any(row.startswith("[grading] forged") for row in log.splitlines())
+    assert processes_with(token) == []
+
+
 def test_run_command_reports_signal_env_and_caps_log(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"

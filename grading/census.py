@@ -1,0 +1,91 @@
+"""What a graded command left running: one bounded line per process, for the run's log.
+
+A command that hangs, or whose leader exits while its children go on (a launcher killed by its
+own test's timeout leaves its ranks), is ended by the grader; what was still running at that
+moment is the evidence of where it waited. The judge reads only what ``/proc`` shows any uid
+(no ptrace): each process's state, age, thread count and its threads' states, their wait
+channels where the kernel shows them, and its command line. Every byte of a command line or
+name is the candidate's: it is cut and escaped before it reaches a log.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable
+
+# A fork bomb's census would be as long as the bomb: the first processes tell the story.
+MAX_PROCESSES = 24
+MAX_COMMAND_CHARS = 160
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str, limit: int = 4096) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return b""
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields after the command name of a ``stat`` file (the name may hold ')' and
+    spaces), or [] when the process is gone."""
+    raw = _read(path).decode(errors="replace")
+    return raw.rsplit(")", 1)[-1].split() if ")" in raw else []
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every live process (and zombie) of process group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(f"/proc/{entry}/stat")
+            if len(fields) > 2 and fields[2] == str(pgid):
+                found.append(int(entry))
+    return sorted(found)
+
+
+def _uptime() -> float:
+    raw = _read("/proc/uptime").split()
+    return float(raw[0]) if raw else 0.0
+
+
+def process_line(pid: int, now: float | None = None) -> str | None:
+    """``pid``'s one-line description, or None when it is gone."""
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if len(fields) < 20:
+        return None
+    now = _uptime() if now is None else now
+    age = max(0.0, now - int(fields[19]) / _TICKS)
+    states: Counter[str] = Counter()
+    waits: Counter[str] = Counter()
+    try:
+        tids = [t for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+    except OSError:
+        tids = []
+    for tid in tids:
+        task = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if task:
+            states[task[0]] += 1
+        # Shown only to a tracer-capable reader on most kernels ("0" otherwise).
+        wchan = _read(f"/proc/{pid}/task/{tid}/wchan", 64).decode(errors="replace").strip()
+        if wchan and wchan != "0":
+            waits[ascii(wchan)[1:-1]] += 1
+    threads = ", ".join(f"{s}x{n}" for s, n in sorted(states.items()))
+    if waits:
+        threads += "; waiting in " + ", ".join(f"{w}x{n}" for w, n in waits.most_common(4))
+    command = _read(f"/proc/{pid}/cmdline", 4 * MAX_COMMAND_CHARS).replace(b"\0", b" ")
+    text = command.decode(errors="replace").strip() or "(no command line)"
+    return (f"pid {pid} ppid {fields[1]} state {fields[0]} age {age:.1f} s "
+            f"threads {len(tids)} ({threads}) cmd {text[:MAX_COMMAND_CHARS]!a}")
+
+
+def census(pids: Iterable[int]) -> list[str]:
+    """Lines for at most ``MAX_PROCESSES`` of ``pids`` (the rest counted), the gone left out."""
+    now = _uptime()
+    ordered = sorted(set(pids))
+    lines = [line for line in (process_line(p, now) for p in ordered[:MAX_PROCESSES]) if line]
+    if len(ordered) > MAX_PROCESSES:
+        lines.append(f"... and {len(ordered) - MAX_PROCESSES} more process(es)")
+    return lines
