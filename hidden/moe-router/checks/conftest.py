@@ -345,29 +345,28 @@ def starve_fsdp(runs_dir: Path) -> Run:
                  runs_dir)
 
 
-@pytest.fixture(scope="session")
-def objective_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
-    """OBJECTIVE_STEPS steps of the objective settings on every CPU configuration, and (when
-    cpu-1 finished) the trainer's initial model: the same cpu-1 command with ``--steps 0``."""
-    runs = {config: _with_export(f"objective-{config}", config,
-                                 [*OBJECTIVE_FLAGS, "--steps", str(OBJECTIVE_STEPS)], runs_dir)
+def _replay_runs(prefix: str, flags: list[str], runs_dir: Path
+                 ) -> tuple[dict[str, Run], Run | None]:
+    """OBJECTIVE_STEPS steps of ``flags`` on every CPU configuration, and (when cpu-1 finished)
+    the trainer's initial model: the same cpu-1 command with ``--steps 0``."""
+    runs = {config: _with_export(f"{prefix}-{config}", config,
+                                 [*flags, "--steps", str(OBJECTIVE_STEPS)], runs_dir)
             for config in OBJECTIVE_CONFIGS}
     if runs["cpu-1"].outcome != "ok":
         return runs, None
-    init = _with_export("objective-init", "cpu-1", [*OBJECTIVE_FLAGS, "--steps", "0"], runs_dir)
-    return runs, init
+    return runs, _with_export(f"{prefix}-init", "cpu-1", [*flags, "--steps", "0"], runs_dir)
+
+
+@pytest.fixture(scope="session")
+def objective_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
+    """The objective replay's runs: TASK.md's default MoE settings, aux weight 1.0."""
+    return _replay_runs("objective", OBJECTIVE_FLAGS, runs_dir)
 
 
 @pytest.fixture(scope="session")
 def option_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
-    """As ``objective_runs``, with the MoE options of ``OPTIONS_FLAGS``."""
-    runs = {config: _with_export(f"options-{config}", config,
-                                 [*OPTIONS_FLAGS, "--steps", str(OBJECTIVE_STEPS)], runs_dir)
-            for config in OBJECTIVE_CONFIGS}
-    if runs["cpu-1"].outcome != "ok":
-        return runs, None
-    init = _with_export("options-init", "cpu-1", [*OPTIONS_FLAGS, "--steps", "0"], runs_dir)
-    return runs, init
+    """The same with every MoE option away from its default (``OPTIONS_FLAGS``)."""
+    return _replay_runs("options", OPTIONS_FLAGS, runs_dir)
 
 
 @pytest.fixture(scope="session")
