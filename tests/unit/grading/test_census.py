@@ -15,7 +15,8 @@ from grading import census
 # argv[0] of the sleeper: a newline and a forged grader line, as hostile code would name itself.
 HOSTILE_NAME = "x\n[grading] forged verdict: pass\r\x1b[2J" + "y" * 500
 SLEEPER = ("import os, sys, threading, time\n"
-           "for _ in range(2): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+           "for _ in range(2):\n"
+           "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
            "print('ready', flush=True)\n"
            "time.sleep(60)\n")
 
