@@ -14,6 +14,8 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 
+from grading.sealed import stat_fields
+
 # A fork bomb's census would be as long as the bomb: the first processes tell the story.
 MAX_PROCESSES = 24
 MAX_COMMAND_CHARS = 160
@@ -28,19 +30,12 @@ def _read(path: str, limit: int = 4096) -> bytes:
         return b""
 
 
-def _stat_fields(path: str) -> list[str]:
-    """The fields after the command name of a ``stat`` file (the name may hold ')' and
-    spaces), or [] when the process is gone."""
-    raw = _read(path).decode(errors="replace")
-    return raw.rsplit(")", 1)[-1].split() if ")" in raw else []
-
-
 def group_members(pgid: int) -> list[int]:
     """Every live process (and zombie) of process group ``pgid``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(f"/proc/{entry}/stat")
+            fields = stat_fields(f"/proc/{entry}/stat")
             if len(fields) > 2 and fields[2] == str(pgid):
                 found.append(int(entry))
     return sorted(found)
@@ -53,7 +48,7 @@ def _uptime() -> float:
 
 def process_line(pid: int, now: float | None = None) -> str | None:
     """``pid``'s one-line description, or None when it is gone."""
-    fields = _stat_fields(f"/proc/{pid}/stat")
+    fields = stat_fields(f"/proc/{pid}/stat")
     if len(fields) < 20:
         return None
     now = _uptime() if now is None else now
@@ -65,7 +60,7 @@ def process_line(pid: int, now: float | None = None) -> str | None:
     except OSError:
         tids = []
     for tid in tids:
-        task = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        task = stat_fields(f"/proc/{pid}/task/{tid}/stat")
         if task:
             states[task[0]] += 1
         # Shown only to a tracer-capable reader on most kernels ("0" otherwise).

@@ -199,12 +199,21 @@ def _uids_of(pid: str) -> set[int]:
     return set()
 
 
+def stat_fields(path: str) -> list[str]:
+    """The fields after the command name of a ``/proc`` ``stat`` file (state, parent, group,
+    ...; the name is the candidate's choice and may hold any character, parentheses included),
+    or [] when the process is gone."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(4096).decode("ascii", "replace")
+    except OSError:
+        return []
+    return text[text.rfind(")") + 1:].split() if ")" in text else []
+
+
 def _task_state(path: str) -> str:
-    """The state letter of ``/proc/PID/task/TID/stat`` (after the command name, which may hold
-    any character, parentheses included)."""
-    with open(path, "rb") as fh:
-        text = fh.read().decode("ascii", "replace")
-    return text[text.rfind(")") + 1:].split()[0]
+    """The state letter of ``/proc/PID/task/TID/stat``; IndexError when the thread is gone."""
+    return stat_fields(path)[0]
 
 
 def _has_live_thread(pid: str) -> bool:
@@ -439,10 +448,9 @@ def collect_zombie_children() -> int:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
+        fields = stat_fields(f"/proc/{name}/stat")
         try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                fields = fh.read().decode("ascii", "replace").rsplit(")", 1)[-1].split()
-            if fields[0] != "Z" or fields[1] != me or not _uids_of(name) & pool:
+            if fields[:2] != ["Z", me] or not _uids_of(name) & pool:
                 continue
             if os.waitpid(int(name), os.WNOHANG)[0]:
                 collected += 1
