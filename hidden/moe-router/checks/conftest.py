@@ -400,6 +400,125 @@ def balance_probe(runs_dir: Path) -> Run:
                       expected=lambda rank: [out / f"rank{rank}.json"])
 
 
+# ---------------------------------------------------------------------------------------------
+# The dense path (E = 0) against the pristine baseline, as the candidate uid in job folders.
+# TASK.md: with E = 0 the model, its state dict, its export, its losses and its parameters after
+# training are bit for bit what the current code produces, whatever the other options; "without
+# breaking anything that works today" also covers the defaults (train.py's flags and the config
+# dataclasses), the printed summary, and the guards that refuse invalid settings and a
+# checkpoint of another run.
+
+# Every existing option away from its default at once, dropout included: a path the feature
+# changed that runs only at another value shows, and with dropout the per-rank RNG streams are
+# in play, so a random draw added to training (or a rank's stream seeded otherwise) moves the
+# masks and the run leaves the baseline's.
+DENSE_OPTIONS = ["--seed", "3", "--global-batch", "8", "--lr", "1e-3", "--weight-decay", "0.05",
+                 "--warmup-steps", "2", "--dtype", "fp64", "--n-layers", "3", "--d-model", "32",
+                 "--ffn-hidden", "48", "--dropout", "0.1"]
+DENSE_OPTIONS_STEPS, DENSE_OPTIONS_RESUME_AT = 6, 3
+DENSE_OPTIONS_CONFIGS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
+# The Python API at its defaults: TrainConfig() and ModelConfig() but for the output folder.
+API_DEFAULTS_SCRIPT = ("import sys\nfrom pathlib import Path\n"
+                       "from tinylm.config import TrainConfig\nfrom tinylm.trainer import train\n"
+                       "train(TrainConfig(out=Path(sys.argv[1])))\n")
+# Settings the baseline refuses (each alone, so that every condition of a guard is exercised).
+REFUSED_FLAGS = {
+    "--steps -1": ["--steps", "-1"],
+    "--global-batch 0": ["--global-batch", "0"],
+    "--save-every -1 (with --ckpt)": ["--save-every", "-1", "--ckpt", "{out}/ckpt"],
+    "--save-every 2 without --ckpt": ["--save-every", "2"],
+    "--dropout 1.0": ["--dropout", "1.0"],
+}
+
+
+@dataclass
+class DensePair:
+    """The same command on the pristine baseline and on the graded tree."""
+
+    baseline: Run | None  # None: GRADING_BASELINE is not set
+    candidate: Run
+
+
+@dataclass
+class DenseOptionRuns:
+    full: DensePair  # DENSE_OPTIONS_STEPS steps, a checkpoint at DENSE_OPTIONS_RESUME_AT
+    resumed: DensePair | None  # each tree resumed from a copy of its own checkpoint
+    checkpoints: dict[str, Path]  # "baseline"/"candidate": the checkpoint each run wrote
+
+
+def _dense_pair(name: str, run: Callable[[str, Path | None], Run]) -> DensePair:
+    base = baseline_dir()
+    return DensePair(run(f"baseline-{name}", base) if base is not None else None,
+                     run(f"candidate-{name}", None))
+
+
+def dense_option_args(out: Path, steps: int = DENSE_OPTIONS_STEPS) -> list[str]:
+    return ["--steps", str(steps), *DENSE_OPTIONS, "--ckpt", str(out / "ckpt"),
+            "--save-every", str(DENSE_OPTIONS_RESUME_AT), "--export", str(out / "model.pt")]
+
+
+def _dense_options(config: str, runs_dir: Path) -> DenseOptionRuns:
+    outs: dict[str, Path] = {}
+
+    def full(name: str, root: Path | None) -> Run:
+        out = outs[name] = sealed.job_dir(name)
+        return train(name, config, dense_option_args(out), runs_dir, root=root, out=out)
+
+    pair = _dense_pair(f"dense-options-{config}", full)
+    ckpts = {side: out / "ckpt" / f"step_{DENSE_OPTIONS_RESUME_AT}"
+             for side, out in (("baseline", outs.get(f"baseline-dense-options-{config}")),
+                               ("candidate", outs[f"candidate-dense-options-{config}"]))
+             if out is not None}
+    runs = [r for r in (pair.baseline, pair.candidate) if r is not None]
+    if any(r.outcome != "ok" for r in runs) or not all(p.is_dir() for p in ckpts.values()):
+        return DenseOptionRuns(pair, None, ckpts)
+
+    def resumed(name: str, root: Path | None) -> Run:
+        # Each tree resumes from a copy of its own checkpoint, in a fresh launch.
+        given = sealed.give(ckpts["baseline" if root is not None else "candidate"],
+                            f"{name}-ckpt")
+        out = sealed.job_dir(name)
+        return train(name, config, [*dense_option_args(out), "--resume", str(given)], runs_dir,
+                     root=root, out=out)
+
+    return DenseOptionRuns(pair, _dense_pair(f"dense-resumed-{config}", resumed), ckpts)
+
+
+@pytest.fixture(scope="session")
+def dense_option_runs(runs_dir: Path) -> dict[str, DenseOptionRuns]:
+    return {config: _dense_options(config, runs_dir) for config in DENSE_OPTIONS_CONFIGS}
+
+
+@pytest.fixture(scope="session")
+def dense_default_runs(runs_dir: Path) -> dict[str, DensePair]:
+    """train.py with no flag but ``--export`` (no --config, no --out: rank 0 writes no run
+    folder then), and the API's ``train(TrainConfig(out=...))``; each on both trees."""
+
+    def cli(name: str, root: Path | None) -> Run:
+        out = sealed.job_dir(name)
+        argv = [sys.executable, "train.py", "--export", str(out / "model.pt")]
+        return run_script(name, "cpu-1", argv, out, runs_dir, root=root or workdir(), nproc=1,
+                          timeout_s=SHORT_RUN_TIMEOUT_S, expected=lambda _r: [out / "model.pt"])
+
+    def api(name: str, root: Path | None) -> Run:
+        out = sealed.job_dir(name)
+        argv = [sys.executable, "-c", API_DEFAULTS_SCRIPT, str(out)]
+        return run_script(name, "cpu-1", argv, out, runs_dir, root=root or workdir(), nproc=1,
+                          timeout_s=SHORT_RUN_TIMEOUT_S,
+                          expected=lambda _r: [out / "final_state.pt"])
+
+    return {"cli": _dense_pair("dense-defaults-cli", cli),
+            "api": _dense_pair("dense-defaults-api", api)}
+
+
+def run_log(run: Run, runs_dir: Path) -> str:
+    """A one-process run's own log (stdout and stderr), as the judge kept it."""
+    try:
+        return (runs_dir / f"{run.name}.logs" / "rank0.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 # The test being run, so Run.require can tag it (record_property is per-test, runs are shared).
 _CURRENT_TEST: list[pytest.Item] = []
 
