@@ -223,6 +223,9 @@ OBJECTIVE_FLAGS = ["--moe-experts", "4", "--moe-top-k", "2", "--moe-capacity-fac
                    "--dtype", "fp64", "--seed", "0"]
 OBJECTIVE_CFG = R.Cfg(experts=4, top_k=2, capacity_factor=1.25, aux_weight=OBJECTIVE_AUX_WEIGHT)
 OBJECTIVE_CONFIGS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
+# The same with dropout: the judge then replays each rank's masks (oracle_util's
+# replay_training_with_dropout), so a random number drawn in training shows.
+OBJECTIVE_DROPOUT = 0.1
 # The same replay with every MoE option away from TASK.md's default at once (3 experts, top-1,
 # capacity factor 0.5 so that about half the assignments are dropped, aux weight 0.1): a trainer
 # or layer that takes another path, or draws another random number, only when an option is set
@@ -361,6 +364,13 @@ def _replay_runs(prefix: str, flags: list[str], runs_dir: Path
 def objective_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
     """The objective replay's runs: TASK.md's default MoE settings, aux weight 1.0."""
     return _replay_runs("objective", OBJECTIVE_FLAGS, runs_dir)
+
+
+@pytest.fixture(scope="session")
+def dropout_runs(runs_dir: Path) -> tuple[dict[str, Run], Run | None]:
+    """The objective replay's command with dropout (``OBJECTIVE_DROPOUT``)."""
+    return _replay_runs("dropout", [*OBJECTIVE_FLAGS, "--dropout", str(OBJECTIVE_DROPOUT)],
+                        runs_dir)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,13 @@ export schema, attention is an explicit masked softmax (not scaled_dot_product_a
 is written with erf, and capacity is served by an explicit queue walked token by token. It
 returns the per-layer routing statistics the checks need (router probabilities, top-k choices,
 kept assignments, per-expert counts).
+
+With dropout (``forward(..., dropout=p)``, the training replay's only random part) the
+attention goes through torch's ``scaled_dot_product_attention`` and the block's two dropouts
+through ``torch.nn.functional.dropout``, called in the baseline model's order (per block: the
+attention's own dropout, the dropout on the attention's output, the one on the feed-forward's
+output): the masks are then the ones the baseline's dropout sites draw from the same generator
+state, which TASK.md keeps (the MoE layer replaces the feed-forward and draws nothing).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 VOCAB, SEQ, D_MODEL, N_HEADS = 64, 32, 64, 4
 
@@ -183,19 +191,36 @@ def moe_layer(x: torch.Tensor, params: dict[str, torch.Tensor], prefix: str, cfg
     return out, balance, LayerStats(probs.detach(), choice, kept, counts, gap)
 
 
+def _attention_with_dropout(x: torch.Tensor, qkv_w: torch.Tensor, proj_w: torch.Tensor,
+                            n_heads: int, dropout: float) -> torch.Tensor:
+    """Training-mode attention with dropout on its weights, as the baseline calls it (the
+    same function draws the same mask from the same generator state)."""
+    b, t, d = x.shape
+    q, k, v = (x @ qkv_w.T).split(d, dim=-1)
+    q, k, v = (z.reshape(b, t, n_heads, d // n_heads).transpose(1, 2) for z in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+    return y.transpose(1, 2).reshape(b, t, d) @ proj_w.T
+
+
 def forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: Cfg,
             global_counts: list[torch.Tensor] | None = None,
-            capacity_rule: CapacityRule = capacity) -> Forward:
+            capacity_rule: CapacityRule = capacity, dropout: float = 0.0) -> Forward:
     """The whole model; ``global_counts[i]`` (if given) is layer i's all-reduced count;
-    ``capacity_rule`` as in :func:`moe_layer`."""
+    ``capacity_rule`` as in :func:`moe_layer`; ``dropout`` > 0: training-mode dropout, drawn
+    from the global generator (see the module's docstring)."""
     t = tokens.shape[1]
     x = params["tok_emb.weight"][tokens] + params["pos_emb.weight"][:t]
     balances, stats = [], []
     for i in range(cfg.n_layers):
         p = f"layers.{i}."
         h = _layer_norm(x, params[p + "ln1.weight"], params[p + "ln1.bias"])
-        x = x + _attention(h, params[p + "attn.qkv.weight"], params[p + "attn.proj.weight"],
-                           cfg.n_heads)
+        if dropout > 0:
+            a = _attention_with_dropout(h, params[p + "attn.qkv.weight"],
+                                        params[p + "attn.proj.weight"], cfg.n_heads, dropout)
+            x = x + F.dropout(a, dropout, training=True)
+        else:
+            x = x + _attention(h, params[p + "attn.qkv.weight"],
+                               params[p + "attn.proj.weight"], cfg.n_heads)
         h = _layer_norm(x, params[p + "ln2.weight"], params[p + "ln2.bias"])
         if cfg.experts > 0:
             y, bal, st = moe_layer(h, params, p + "ffn.", cfg,
@@ -205,7 +230,7 @@ def forward(params: dict[str, torch.Tensor], tokens: torch.Tensor, cfg: Cfg,
             stats.append(st)
         else:
             y = _gelu(h @ params[p + "ffn.w1.weight"].T) @ params[p + "ffn.w2.weight"].T
-        x = x + y
+        x = x + (F.dropout(y, dropout, training=True) if dropout > 0 else y)
     logits = _layer_norm(x, params["norm.weight"], params["norm.bias"]) @ params["head.weight"].T
     if balances:
         aux = cfg.aux_weight * torch.stack(balances).mean()

@@ -208,6 +208,29 @@ def _lr_factor(step: int, total: int) -> float:
     return 1.0 - 0.9 * min(1.0, (step - TRAIN_WARMUP) / max(1, total - TRAIN_WARMUP))
 
 
+class _AdamW:
+    """torch's single-tensor AdamW update of ``params`` in place, at the trainer's learning rate
+    and schedule (written out; see :func:`replay_training` for why not ``torch.optim``)."""
+
+    def __init__(self, params: dict[str, torch.Tensor]) -> None:
+        self.params = params
+        self.exp_avg = {k: torch.zeros_like(v) for k, v in params.items()}
+        self.exp_avg_sq = {k: torch.zeros_like(v) for k, v in params.items()}
+
+    def step(self, leaves: dict[str, torch.Tensor], step: int, steps: int) -> None:
+        beta1, beta2 = ADAM_BETAS
+        lr = TRAIN_LR * _lr_factor(step, steps)
+        n = step + 1
+        for key, leaf in leaves.items():
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            p = self.params[key]
+            p.mul_(1 - lr * TRAIN_WEIGHT_DECAY)
+            self.exp_avg[key].lerp_(grad, 1 - beta1)
+            self.exp_avg_sq[key].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (self.exp_avg_sq[key].sqrt() / math.sqrt(1 - beta2 ** n)).add_(ADAM_EPS)
+            p.addcdiv_(self.exp_avg[key], denom, value=-lr / (1 - beta1 ** n))
+
+
 def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: R.Cfg,
                     steps: int, losses: list[tuple[float, float]] | None = None,
                     ) -> dict[str, torch.Tensor]:
@@ -222,9 +245,7 @@ def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: 
     this process's environment to a folder under the judge's closed temporary folder, and every
     candidate process started afterwards inherits it and dies on its first optimizer."""
     params = {k: v.detach().clone() for k, v in start.items()}
-    exp_avg = {k: torch.zeros_like(v) for k, v in params.items()}
-    exp_avg_sq = {k: torch.zeros_like(v) for k, v in params.items()}
-    beta1, beta2 = ADAM_BETAS
+    adam = _AdamW(params)
     for step, batch in enumerate(batches.chunk(steps)):
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         ref = R.forward(leaves, batch[:, :-1], cfg)
@@ -232,16 +253,57 @@ def replay_training(start: dict[str, torch.Tensor], batches: torch.Tensor, cfg: 
         (ce + ref.aux).backward()
         if losses is not None:
             losses.append((as_float(ce.detach()), as_float(ref.aux.detach())))
-        lr = TRAIN_LR * _lr_factor(step, steps)
-        n = step + 1
-        for key, leaf in leaves.items():
-            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-            p = params[key]
-            p.mul_(1 - lr * TRAIN_WEIGHT_DECAY)
-            exp_avg[key].lerp_(grad, 1 - beta1)
-            exp_avg_sq[key].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denom = (exp_avg_sq[key].sqrt() / math.sqrt(1 - beta2 ** n)).add_(ADAM_EPS)
-            p.addcdiv_(exp_avg[key], denom, value=-lr / (1 - beta1 ** n))
+        adam.step(leaves, step, steps)
+    return params
+
+
+def replay_training_with_dropout(start: dict[str, torch.Tensor], batches: torch.Tensor,
+                                 cfg: R.Cfg, steps: int, dropout: float, seed: int,
+                                 world_size: int,
+                                 losses: list[tuple[float, float]] | None = None,
+                                 ) -> dict[str, torch.Tensor]:
+    """:func:`replay_training` with dropout, as the trainer runs it on ``world_size`` ranks:
+    rank r trains on its contiguous slice of each global batch, its dropout masks drawn from
+    its own generator (the trainer's ``torch.manual_seed(seed + 1 + rank)`` after the model is
+    built, which the baseline defines and TASK.md keeps); the balance loss's f_e counts are
+    summed over the ranks (TASK.md), P_e stays local; the gradient is the ranks' mean (DDP and
+    FSDP average). Each step's logged pair is the ranks' mean cross-entropy and aux loss.
+
+    This process's own generator state is restored afterwards."""
+    params = {k: v.detach().clone() for k, v in start.items()}
+    adam = _AdamW(params)
+    with torch.random.fork_rng(devices=[]):
+        rank_rng = []
+        for rank in range(world_size):
+            torch.manual_seed(seed + 1 + rank)
+            rank_rng.append(torch.get_rng_state())
+        for step, batch in enumerate(batches.chunk(steps)):
+            slices = batch.chunk(world_size)
+            # The routing does not depend on the counts: a first pass (the same masks) gives
+            # each rank's local counts, whose sum every rank's balance loss then uses.
+            local = []
+            with torch.no_grad():
+                for rank, part in enumerate(slices):
+                    torch.set_rng_state(rank_rng[rank])
+                    fwd = R.forward(params, part[:, :-1], cfg, dropout=dropout)
+                    local.append([st.counts for st in fwd.layers])
+            global_counts = [torch.stack(c).sum(0) for c in zip(*local, strict=True)] \
+                if cfg.experts > 0 else None
+            leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+            total = torch.zeros((), dtype=torch.float64)
+            ces, auxes = [], []
+            for rank, part in enumerate(slices):
+                torch.set_rng_state(rank_rng[rank])
+                ref = R.forward(leaves, part[:, :-1], cfg, global_counts, dropout=dropout)
+                rank_rng[rank] = torch.get_rng_state()
+                ce = R.cross_entropy(ref.logits, part[:, 1:])
+                total = total + (ce + ref.aux) / world_size
+                ces.append(as_float(ce.detach()))
+                auxes.append(as_float(ref.aux.detach()))
+            total.backward()
+            if losses is not None:
+                losses.append((sum(ces) / world_size, sum(auxes) / world_size))
+            adam.step(leaves, step, steps)
     return params
 
 

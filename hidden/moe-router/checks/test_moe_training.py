@@ -49,6 +49,7 @@ from conftest import (
     EQ_STEPS,
     OBJECTIVE_CFG,
     OBJECTIVE_CONFIGS,
+    OBJECTIVE_DROPOUT,
     OBJECTIVE_STEPS,
     OPTIONS_CFG,
     REFUSED_FLAGS,
@@ -76,6 +77,7 @@ from oracle_util import (
     learned,
     reference_loss,
     replay_training,
+    replay_training_with_dropout,
     scalar_diff,
     schema_params,
     series,
@@ -455,20 +457,43 @@ def test_objective_replay_at_other_options(option_runs: tuple[dict[str, Run], Ru
     }, record_property)
 
 
+@observed_in(JUDGE, OUTSIDE, CANDIDATE_REPORT,
+             reports="the per-step cross-entropy and aux loss each run logs",
+             corroborated_by="the final weights the judge reads are its own replay of the 3 "
+                             "steps, masks included, from the run's initial model")
+def test_objective_replay_with_dropout(dropout_runs: tuple[dict[str, Run], Run | None],
+                                       record_property: Any) -> None:
+    """test_objective_replay with dropout 0.1: the judge's replay draws each rank's dropout
+    masks as the baseline's model does (its dropout sites, in its order, from the rank's stream
+    that the trainer seeds with seed + 1 + rank), rank by rank on its slice of the global batch,
+    with the balance loss's counts summed over the ranks and the ranks' gradients averaged. On
+    cpu-1, gloo-ddp-2 and gloo-fsdp-2 the run's update is within 1e-6 (relative norm) of that
+    replay. TASK.md: no new sources of randomness in training; a random number the MoE layer or
+    the trainer draws in training (or a rank's stream seeded otherwise) shifts every later
+    mask, which moves the update by about as much as ignoring the masks."""
+    _judge_objective(dropout_runs, OBJECTIVE_CFG, {}, record_property, dropout=OBJECTIVE_DROPOUT)
+
+
 def _judge_objective(runs_and_init: tuple[dict[str, Run], Run | None], cfg: R.Cfg,
-                     at_default: dict[str, R.Cfg], record_property: Any) -> None:
+                     at_default: dict[str, R.Cfg], record_property: Any,
+                     dropout: float = 0.0) -> None:
     """Each run's update against the judge's replay of TASK.md's objective under ``cfg``.
     ``at_default``: the same settings with one option at its default, by what differs; a run
-    whose update is one of those replays (and not ``cfg``'s) fails naming it."""
+    whose update is one of those replays (and not ``cfg``'s) fails naming it. With ``dropout``
+    the replay draws the masks rank by rank, so each world size has its own replay."""
     runs, init = runs_and_init
     settings = (f"E {cfg.experts}, top-{cfg.top_k}, F {cfg.capacity_factor:g}, "
-                f"W {cfg.aux_weight:g}")
+                f"W {cfg.aux_weight:g}" + (f", dropout {dropout:g}" if dropout else ""))
     _record(record_property, oracle="reference", configurations=",".join(OBJECTIVE_CONFIGS),
             tolerance=f"update {OBJECTIVE_UPDATE_RTOL:g} (relative norm); logged cross-entropy "
                       f"{OBJECTIVE_LOSS_TOL:g}, aux {OBJECTIVE_AUX_TOL:g} (abs)",
             why="TASK.md: the trainer adds aux_loss = W * mean over MoE layers of the balance "
                 "loss to the cross-entropy; every other training check compares candidate runs "
-                "with each other, so only a replay of the specified objective judges it",
+                "with each other, so only a replay of the specified objective judges it"
+                + ("; with dropout the replay draws the masks as the baseline's dropout sites "
+                   "do, and TASK.md allows no new source of randomness in training (measured "
+                   "on the reference: 8.1e-15 on cpu-1, 8.7e-15 on 2 ranks; masks ignored "
+                   "0.40, the aux term alone 0.24)" if dropout else ""),
             settings=settings,
             runs="; ".join(r.evidence() for r in [*runs.values(), init] if r is not None))
     runs["cpu-1"].require()
@@ -477,33 +502,50 @@ def _judge_objective(runs_and_init: tuple[dict[str, Run], Run | None], cfg: R.Cf
     start, why_start = init.weights(cfg)
     assert start is not None, f"the trainer's initial model is not readable: {why_start}"
     batches = training_batches(16, 0, OBJECTIVE_STEPS)
-    losses: list[tuple[float, float]] = []
-    replayed = replay_training(start, batches, cfg, OBJECTIVE_STEPS, losses)
+
+    def replay(c: R.Cfg, world: int, losses: list[tuple[float, float]] | None = None
+               ) -> dict[str, torch.Tensor]:
+        if dropout:
+            return replay_training_with_dropout(start, batches, c, OBJECTIVE_STEPS, dropout,
+                                                seed=0, world_size=world, losses=losses)
+        return replay_training(start, batches, c, OBJECTIVE_STEPS, losses)
+
+    # Without dropout the ranks' split does not change the objective: one replay serves all.
+    worlds = {config: (1 if config == "cpu-1" else 2) if dropout else 1 for config in runs}
     # The replays the failure can name: the objective without its aux term, and each option at
-    # its default. Each must move the update far beyond the tolerance, or this check could not
-    # tell the run from it.
+    # its default (with dropout also the masks ignored). Each must move the update far beyond
+    # the tolerance, or this check could not tell the run from it.
     others = {f"cross-entropy alone rather than cross-entropy + {cfg.aux_weight:g} * aux (the "
               "aux loss does not reach the training objective)": replace(cfg, aux_weight=0.0),
               **at_default}
-    other_updates = {what: replay_training(start, batches, other, OBJECTIVE_STEPS)
-                     for what, other in others.items()}
-    effects = {what: update_error(start, update, replayed)
-               for what, update in other_updates.items()}
-    record_property("other_replays", "; ".join(f"{what}: moves the update by {effect:.3g}"
-                                               for what, effect in effects.items()))
-    record_property("judge_losses", str([(f"{ce:.10g}", f"{aux:.8g}") for ce, aux in losses]))
-    judge_ce, judge_aux = torch.tensor(losses, dtype=torch.float64).unbind(1)
-    weak = [what for what, effect in effects.items()
-            if not within(10 * OBJECTIVE_UPDATE_RTOL, effect)]
-    if weak:
-        raise AssertionError(
-            f"from this run's initial model the replay cannot tell {settings} from: "
-            f"{'; '.join(weak)} ({why_start})")
+    replayed, judge_losses, other_updates = {}, {}, {}
+    for world in sorted(set(worlds.values())):
+        judge_losses[world] = []
+        replayed[world] = replay(cfg, world, judge_losses[world])
+        other_updates[world] = {what: replay(other, world) for what, other in others.items()}
+        if dropout:
+            other_updates[world]["no dropout masks (training as if dropout were 0)"] = \
+                replay_training(start, batches, cfg, OBJECTIVE_STEPS)
+        effects = {what: update_error(start, update, replayed[world])
+                   for what, update in other_updates[world].items()}
+        record_property(f"other_replays_world{world}", "; ".join(
+            f"{what}: moves the update by {effect:.3g}" for what, effect in effects.items()))
+        record_property(f"judge_losses_world{world}", str(
+            [(f"{ce:.10g}", f"{aux:.8g}") for ce, aux in judge_losses[world]]))
+        weak = [what for what, effect in effects.items()
+                if not within(10 * OBJECTIVE_UPDATE_RTOL, effect)]
+        if weak:
+            raise AssertionError(
+                f"from this run's initial model the replay cannot tell {settings} from: "
+                f"{'; '.join(weak)} ({why_start})")
     for config, run in runs.items():
         run.require()
         end, why_end = run.weights(cfg)
-        err = update_error(start, end, replayed)
-        errs = {what: update_error(start, end, update) for what, update in other_updates.items()}
+        world = worlds[config]
+        err = update_error(start, end, replayed[world])
+        errs = {what: update_error(start, end, update)
+                for what, update in other_updates[world].items()}
+        judge_ce, judge_aux = torch.tensor(judge_losses[world], dtype=torch.float64).unbind(1)
         metrics = run.metrics()
         ce_err = tensor_diff(series(metrics, "loss"), judge_ce)
         aux_err = tensor_diff(series(metrics, "aux_loss"), judge_aux)
@@ -526,7 +568,10 @@ def _judge_objective(runs_and_init: tuple[dict[str, Run], Run | None], cfg: R.Cf
                 f"{config}: the update differs from the judge's replay of the objective "
                 f"(cross-entropy + {cfg.aux_weight:g} * mean balance loss, {settings}) by "
                 f"{err:.3g} of its norm; no single departure the check knows explains it ("
-                + ", ".join(f"{what.split(' (')[0]}: {e:.3g}" for what, e in errs.items()) + ")")
+                + ", ".join(f"{what.split(' (')[0]}: {e:.3g}" for what, e in errs.items()) + ")"
+                + ("; with dropout, a random number drawn in training (or a rank's stream seeded "
+                   "otherwise) shifts every later mask and moves the update so" if dropout
+                   else ""))
         assert within(ce_err, OBJECTIVE_LOSS_TOL), (
             f"{config}: the logged cross-entropy differs from the judge's by {ce_err:.3g}")
         assert within(aux_err, OBJECTIVE_AUX_TOL), (
@@ -878,19 +923,22 @@ def test_guards_refuse_as_the_baseline_does(dense_option_runs: dict[str, DenseOp
             args = [*dense_option_args(out), *other, "--resume", str(given)]
             return train(name, "cpu-1", args, runs_dir, root=root, out=out)
         cases[f"resume with {what}"] = mismatched
-    accepted, hung = [], []
+    accepted = []
     for i, (what, case) in enumerate(cases.items()):
         base = case(f"baseline-refused-{i}", base_root)
         cand = case(f"candidate-refused-{i}", None)
         record_property(f"case_{i}", f"{what}: {base.evidence()}; {cand.evidence()}")
+        for run in (base, cand):
+            if run.outcome == "hang":
+                # A run past its wall limit is the hang outcome (run again by the grader), not
+                # a refusal and not an acceptance.
+                record_property("grading_outcome", "hang")
+                pytest.fail(f"{what}: {run.name} {run.detail}", pytrace=False)
         assert base.outcome == "crash" and not (base.out / "final_state.pt").exists(), \
             f"the baseline does not refuse {what} ({base.outcome}): the check is broken"
-        if cand.outcome == "hang":
-            hung.append(what)
-        elif cand.outcome == "ok" or (cand.out / "final_state.pt").exists():
+        if cand.outcome == "ok" or (cand.out / "final_state.pt").exists():
             accepted.append(what)
-    record_property("measured", f"accepted {accepted or 'none'}, hung {hung or 'none'}")
-    assert not hung, f"train.py hung instead of refusing: {hung}"
+    record_property("measured", f"accepted {accepted or 'none'}")
     assert not accepted, f"the graded tree accepts what the baseline refuses: {accepted}"
 
 
@@ -942,7 +990,8 @@ def _dense_departure(base: Run, cand: Run) -> str:
     want = (base.out / "metrics.jsonl").read_bytes().splitlines()
     got = (cand.out / "metrics.jsonl").read_bytes().splitlines()
     if got != want:
-        first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w),
+        first = next((i for i, (g, w) in enumerate(zip(got, want, strict=False))
+                      if g != w),
                      min(len(got), len(want)))
         return (f"metrics.jsonl differs from line {first + 1} ({len(got)} lines, the "
                 f"baseline's {len(want)})")
