@@ -229,8 +229,10 @@ class GraderPathRun(BaseModel):
 
 
 def grader_path_inputs(repo_root: Path, task: str, variant: str, dest: Path,
-                       py_spy: Path | None) -> Path:
-    """The grader's inputs for one loop (hidden checks left out) and the loop's helpers."""
+                       py_spy: Path | None, with_hidden_checks: bool = False) -> Path:
+    """The grader's inputs for one loop and the loop's helpers: the hidden checks left out
+    (the public tests alone, first in a fresh container), or kept (a whole grade: every hidden
+    check, then the public tests in the same container, as in both sightings)."""
     inputs = dest / "inputs"
     snapshot_baseline(repo_root / "task_packets" / task / "repo", inputs / "baseline")
     shutil.copy(repo_root / "task_packets" / task / "packet.yaml", inputs / "packet.yaml")
@@ -239,7 +241,8 @@ def grader_path_inputs(repo_root: Path, task: str, variant: str, dest: Path,
         else b""
     (inputs / "diff").write_bytes(patch)
     # Without checks/ the grade runs the public tests only ("no hidden checks yet").
-    shutil.copytree(hidden, inputs / "hidden", ignore=shutil.ignore_patterns("checks"))
+    shutil.copytree(hidden, inputs / "hidden",
+                    ignore=None if with_hidden_checks else shutil.ignore_patterns("checks"))
     shutil.copytree(HELPERS, inputs / "teardown")
     if py_spy is not None:
         shutil.copy(py_spy, inputs / "teardown" / "py-spy")
@@ -276,7 +279,8 @@ def grader_path_main(a: argparse.Namespace) -> None:
     image_id = client.images.get(image_tag("grader")).id  # the image the loops run on
     a.log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="grader-path-loop-") as tmp:
-        inputs = grader_path_inputs(a.repo_root, a.task, a.variant, Path(tmp), a.py_spy)
+        inputs = grader_path_inputs(a.repo_root, a.task, a.variant, Path(tmp), a.py_spy,
+                                    a.with_hidden_checks)
         with concurrent.futures.ThreadPoolExecutor(a.containers) as pool:
             loops = [pool.submit(grader_path_loop, client, inputs, runs=a.runs,
                                  stall_s=a.stall_s, labels=labels,
@@ -290,8 +294,10 @@ def grader_path_main(a: argparse.Namespace) -> None:
     lines = [
         f"# Grader-path loop: {a.task} ({a.variant})", "",
         f"{dt.date.today().isoformat()}, grader image `{image_id[:19]}`, checkout "
-        f"`{a.repo_root}`; {a.containers} grader container(s) side by side, each grading {a.runs} times with the "
-        f"hidden checks left out; a launcher alive after {a.stall_s:g} s counts as stalled "
+        f"`{a.repo_root}`; {a.containers} grader container(s) side by side, each grading {a.runs} times "
+        + ("whole (every hidden check, then the public tests in the same container)"
+           if a.with_hidden_checks else "with the hidden checks left out")
+        + f"; a launcher alive after {a.stall_s:g} s counts as stalled "
         f"(logs: `{a.log_dir}`).", "",
         "| grades | public-tests outcomes | stalled launchers | reruns | median wall | slowest "
         "| loop wall |",
@@ -327,6 +333,9 @@ def main() -> None:
                         help="the public tests through the grader's own code, in grader containers")
     parser.add_argument("--containers", type=int, default=1,
                         help="--grader-path: loops side by side")
+    parser.add_argument("--with-hidden-checks", action="store_true",
+                        help="--grader-path: grade whole (the hidden checks first, then the "
+                             "public tests in the same container, as a session's grade does)")
     parser.add_argument("--py-spy", type=Path, help="--grader-path: the py-spy binary")
     parser.add_argument("--log-dir", type=Path, default=Path("runs/teardown/grader-path"),
                         help="--grader-path: each container's whole output")
