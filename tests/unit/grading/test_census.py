@@ -45,7 +45,7 @@ def test_a_line_per_process_with_its_threads_and_an_escaped_bounded_command(
     (line,) = census.census([proc.pid])
     # Just after "ready" a thread may still be running (R) on a loaded host: no state asserted.
     assert re.match(rf"pid {proc.pid} ppid {os.getpid()} state [A-Za-z] age [0-9.]+ s "
-                    r"threads 3 \([A-Za-z]x[0-9]", line), line
+                    r"cpu [0-9.]+ s threads 3 \([A-Za-z]x[0-9]", line), line
     # Nothing of the name can start a line of its own or move a terminal's cursor.
     assert "\n" not in line and "\r" not in line and "\x1b" not in line
     assert "\\n[grading] forged verdict: pass\\r\\x1b[2J" in line
@@ -75,3 +75,32 @@ def test_group_members_finds_the_group_and_its_zombie_leader() -> None:
         assert set(census.group_members(leader.pid)) == {child}  # the leader was waited for
     finally:
         os.kill(child, 9)
+
+
+# A thread that names itself (prctl, as native libraries name their workers) and spins: the
+# census names it among the threads not asleep, with its CPU time. A spinning thread is
+# runnable (R) whether or not it is on a core at the moment, so its state is not load-bound.
+SPINNER = ("import ctypes, threading, time\n"
+           "def spin():\n"
+           "    ctypes.CDLL(None).prctl(15, b'spin\\nforged', 0, 0, 0)\n"
+           "    ready.set()\n"
+           "    while True:\n"
+           "        pass\n"
+           "ready = threading.Event()\n"
+           "threading.Thread(target=spin, daemon=True).start()\n"
+           "ready.wait()\n"
+           "print('ready', flush=True)\n"
+           "time.sleep(60)\n")
+
+
+def test_a_spinning_thread_is_named_with_its_cpu_time(
+        sleepers: list[subprocess.Popen[bytes]]) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    sleepers.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    (line,) = census.census([proc.pid])
+    assert "\n" not in line
+    # The thread's own name, escaped; the main thread keeps the interpreter's.
+    assert "named " in line and "spin\\nforged x1" in line, line
+    assert re.search(r"not asleep: spin\\nforged \[[0-9]+\] R cpu [0-9.]+ s", line), line
