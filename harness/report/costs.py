@@ -52,8 +52,8 @@ def add_money(parts: list[Money]) -> Money:
 
 
 def _reference_build_seconds(study: Study, task: str) -> float:
-    """What building the task's frozen reference cost (learn, control and applicability runs,
-    inference, checks), from its manifest, which the lock digests."""
+    """What building the task's frozen reference cost (learning and policy runs, inference,
+    checks), from its manifest, which the lock digests."""
     manifest = task_ref(study, task).traincheck_dir() / "reference" / "manifest.json"
     if not manifest.is_file():
         return 0.0
@@ -61,8 +61,13 @@ def _reference_build_seconds(study: Study, task: str) -> float:
     total = 0.0
     try:
         for config in (data.get("configs") or {}).values():
+            # control_run and applicability_run: a reference frozen under the one-control
+            # policy; policy_runs: the multi-seed policy's runs, each with its check.
             for run in ("learn_run", "control_run", "applicability_run"):
                 total += float((config.get(run) or {}).get("wall_s") or 0.0)
+            for policy_run in config.get("policy_runs") or []:
+                total += float((policy_run.get("run") or {}).get("wall_s") or 0.0)
+                total += float(policy_run.get("check_s") or 0.0)
             total += float(config.get("infer_s") or 0.0)
             total += sum(float(s) for s in config.get("check_s") or [])
     except (AttributeError, TypeError, ValueError):

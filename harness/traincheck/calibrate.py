@@ -1,15 +1,17 @@
 """Track 1 calibration: known faults vs the independent oracle vs TrainCheck, with costs.
 
-For each CPU configuration, in one fresh treatment container, at a held-out seed (the frozen
-reference was learned and its policy decided at the packet's seed):
+For each CPU configuration, in one fresh treatment container, at held-out seeds (the frozen
+reference was learned and its policy decided at other seeds, ``reference.py``):
 
 - a plain run of the baseline (the cost denominator);
-- traced runs of the healthy baseline and of the reference solution, checked against the
-  frozen invariants: any violation beyond the healthy control set is a false alarm;
-- a traced run of every calibration fault (reference + fault patch), checked the same way:
-  the TrainCheck verdict counts violations beyond the control set AND beyond those of the
-  matching healthy runs (the reference and the baseline at the same seed: a rule that fires
-  on healthy code there is noise, not a detection), naming the violated rules.
+- traced runs of the healthy baseline and of the reference solution at two held-out seeds,
+  checked against the frozen invariants: any violation beyond the healthy control set is a
+  false alarm;
+- a traced run of every calibration fault (reference + fault patch) at the first held-out
+  seed, checked the same way: the TrainCheck verdict counts violations beyond the control set
+  AND beyond those of the matching healthy runs (the reference and the baseline at the same
+  seed: a rule that fires on healthy code there is noise, not a detection), naming the
+  violated rules.
 
 The oracle verdict is the grader's, recorded by gold validation (``reports/validation``), and
 is tied to the fault patch by its hash. Held-out repair variants are never used here.
@@ -41,7 +43,10 @@ from harness.traincheck.reference import (
 )
 from harness.traincheck.variants import TaskFiles, Variant, build_variants
 
-CALIBRATION_SEED_OFFSET = 1  # held-out seed = packet seed + 1
+CALIBRATION_SEED_OFFSET = 1  # held-out seed of the faults and the first healthy runs
+# The second held-out seed: healthy runs only, so that false alarms are measured at two seeds
+# the applicability policy was not decided on.
+SECOND_HEALTHY_SEED_OFFSET = 2
 CHECK_WALL_S = 900.0
 
 Verdict = Literal["detected", "not_detected", "false_alarm", "clean", "program_crash",
@@ -143,14 +148,19 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         raise HarnessError(f"{config}: the plain baseline run failed ({plain['cause']})",
                            "a healthy baseline must run before calibration")
     rows: list[CalibrationRow] = []
-    healthy: set[str] = set()  # what the healthy runs violate beyond the control set
-    for variant in variants:  # baseline and reference come first, then the faults
-        name = variant.name.replace(":", "-")
+    healthy: set[str] = set()  # what the healthy runs at the faults' seed violate
+    second = spec.seed + SECOND_HEALTHY_SEED_OFFSET
+    # Baseline and reference come first, then the faults, then the healthy runs again at the
+    # second held-out seed.
+    plan = [(v, seed) for v in variants] + [(v, second) for v in variants if v.kind != "fault"]
+    for variant, run_seed in plan:
+        name = variant.name.replace(":", "-") + ("" if run_seed == seed else f"-s{run_seed}")
         record = traced_run(box, trees[variant.name], f"{RUNS}/{config}-{name}", config,
-                            spec.train_args(feature=variant.feature, seed=seed), spec.wall_s)
+                            spec.train_args(feature=variant.feature, seed=run_seed),
+                            spec.wall_s)
         row: dict[str, Any] = {"variant": variant.name, "kind": variant.kind, "config": config,
-                               "seed": seed, "oracle": oracle.get(variant.name),
-                               "run": run_summary(variant.name, seed, record),
+                               "seed": run_seed, "oracle": oracle.get(variant.name),
+                               "run": run_summary(variant.name, run_seed, record),
                                "collect_s": record["wall_s"]}
         if record["outcome"] != "ok":
             verdict: Verdict = ("program_hang" if record["outcome"] == "hang" else
@@ -174,7 +184,8 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             beyond_matching = _beyond(beyond_control, healthy)
             verdict = "detected" if beyond_matching else "not_detected"
         else:
-            healthy |= {v.id for v in beyond_control}
+            if run_seed == seed:
+                healthy |= {v.id for v in beyond_control}
             beyond_matching = beyond_control
             verdict = "false_alarm" if beyond_control else "clean"
         if verdict == "detected" and len(record.get("ranks") or {}) > 1:
@@ -203,11 +214,14 @@ def judge(cal: ConfigCalibration) -> ConfigCalibration:
     """Re-derive fault verdicts from recorded rows (``calibrate --rejudge``), with the rule the
     run applies: violations beyond the control set and beyond every violation of the
     healthy runs (baseline and reference) of the same configuration and seed."""
-    healthy = {v.id for r in cal.rows if r.kind != "fault" for v in r.beyond_control}
+    healthy: dict[int, set[str]] = {}
+    for r in cal.rows:
+        if r.kind != "fault":
+            healthy.setdefault(r.seed, set()).update(v.id for v in r.beyond_control)
     for row in cal.rows:
         if row.kind != "fault" or row.check_outcome != "ok":
             continue
-        row.beyond_matching = _beyond(row.beyond_control, healthy)
+        row.beyond_matching = _beyond(row.beyond_control, healthy.get(row.seed, set()))
         row.verdict = "detected" if row.beyond_matching else "not_detected"
         if row.cross_rank_only is not None:
             kept = {f"{v.rule} [{v.relation}]" for v in row.beyond_matching}
@@ -300,6 +314,11 @@ def calibrate(files: TaskFiles, configs: list[str], *, command: str,
         summary=summarise(results, unsupported or []))
 
 
+def _seeds(report: CalibrationReport) -> str:
+    seeds = sorted({r.seed for c in report.configs.values() for r in c.rows if r.kind != "fault"})
+    return " and ".join(str(s) for s in seeds)
+
+
 def render_markdown(report: CalibrationReport) -> str:
     s = report.summary
     lines = [f"# TrainCheck calibration (known faults, oracle vs TrainCheck): {report.task}", "",
@@ -311,7 +330,7 @@ def render_markdown(report: CalibrationReport) -> str:
              + (f" ({', '.join(f'{k} on {v}' for k, v in s.detected.items())})"
                 if s.detected else ""),
              f"- false alarms / healthy control runs (baseline and reference at the held-out "
-             f"seed, every configuration): **{s.false_alarms} / {s.controls}**",
+             f"seeds {_seeds(report)}, every configuration): **{s.false_alarms} / {s.controls}**",
              "- runs where the faulty program itself crashed or hung (not a TrainCheck "
              "detection): " + (", ".join(f"{k} on {v}" for k, v in s.program_failures.items())
                                or "none"),
@@ -333,9 +352,9 @@ def render_markdown(report: CalibrationReport) -> str:
                      f"{healthy.check_s:.1f} | {cal.cost_ratio:.1f}x |")
     for name, cal in report.configs.items():
         lines += ["", f"## {name}", "",
-                  "| variant | oracle (grader) | TrainCheck verdict | violations (total / beyond "
-                  "control and healthy runs) | violated rules | collect s | check s |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| variant | seed | oracle (grader) | TrainCheck verdict | violations (total / "
+                  "beyond control and healthy runs) | violated rules | collect s | check s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for row in cal.rows:
             oracle = "-"
             if row.oracle is not None:
@@ -351,7 +370,8 @@ def render_markdown(report: CalibrationReport) -> str:
             if row.cross_rank_only is not None:
                 rules += (" — found only by the cross-rank check (each rank's trace checked on "
                           f"its own misses it): {'; '.join(row.cross_rank_only) or 'none'}")
-            lines.append(f"| {row.variant} | {oracle} | {row.verdict} | {row.violations_total} / "
+            lines.append(f"| {row.variant} | {row.seed} | {oracle} | {row.verdict} | "
+                         f"{row.violations_total} / "
                          f"{len(row.beyond_matching)} | {rules or '-'} | {row.collect_s:.1f} | "
                          f"{row.check_s:.1f} |")
     return "\n".join(lines) + "\n"

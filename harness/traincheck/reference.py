@@ -3,14 +3,15 @@
 Per CPU configuration, in a fresh treatment container:
 
 1. ``learn``: a traced healthy run of the baseline (the packet's repo, validated by the
-   grader: every contract the baseline must pass, it passes) -> ``traincheck-infer`` with the
-   declared relation set;
-2. ``control``: a second traced healthy baseline run, checked against (1). What it violates
-   is TrainCheck's noise on healthy code (call-order relations that depend on timing or on
-   evaluation steps); every later verdict counts only violations beyond this set;
-3. ``applicability``: a traced run of the reference solution (the task's intended
-   modification), checked against (1). Invariants it violates beyond the control set are
-   expected not to survive the modification and are dropped from the frozen set.
+   grader: every contract the baseline must pass, it passes) at the packet's seed ->
+   ``traincheck-infer`` with the declared relation set;
+2. ``policy``: traced healthy baseline runs at other seeds, and traced runs of the reference
+   solution (the task's intended modification), each checked against (1). An invariant that
+   any of them violates is dropped before the freeze: what a healthy baseline at another seed
+   violates depends on the seed, on one rank's history or on timing (TrainCheck's noise on
+   healthy code), and what the reference violates is not expected to survive the intended
+   modification. So the frozen set holds, by construction, no rule a healthy run of these
+   seeds breaks; calibration measures it on further seeds it was not decided on.
 
 What the frozen set reveals: only baseline behaviour (relations over torch API calls and
 parameter/gradient hashes of the public baseline), minus the invariants the reference
@@ -29,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import docker
 from pydantic import BaseModel, Field
@@ -51,6 +52,13 @@ RELATIONS = ["ConsistencyRelation", "APIContainRelation", "FunctionLeadRelation"
              "DistinctArgumentRelation"]
 INFER_WALL_S = 1800.0
 CHECK_WALL_S = 900.0
+# The applicability policy's runs, as offsets from the packet's seed (the learning run's).
+# With the learning run, the healthy baseline runs at three seeds; calibration's held-out
+# seeds (offsets 1 and 2) are none of these, so it measures the policy on seeds it was not
+# decided on.
+HEALTHY_POLICY_OFFSETS = (10, 20)
+REFERENCE_POLICY_OFFSETS = (0, 10)
+PolicyRole = Literal["healthy", "reference"]
 
 
 class RunSummary(BaseModel):
@@ -74,6 +82,15 @@ class Violation(BaseModel):
     ranks: list[int]
 
 
+class PolicyRun(BaseModel):
+    """One traced run the applicability policy decided on, and what it violated."""
+
+    role: PolicyRole
+    run: RunSummary
+    violated_ids: list[str]
+    check_s: float
+
+
 class FrozenConfig(BaseModel):
     config: str
     invariants_file: str
@@ -84,12 +101,24 @@ class FrozenConfig(BaseModel):
     n_dropped: int
     n_kept: int
     kept_by_relation: dict[str, int]
+    # What the healthy runs violated (all of it dropped from the frozen set since the
+    # multi-seed policy; before it, a same-seed control run's violations, kept but discounted).
     control_violations: list[Violation]
     learn_run: RunSummary
-    control_run: RunSummary
-    applicability_run: RunSummary
     infer_s: float
-    check_s: list[float]
+    policy_runs: list[PolicyRun] = Field(default_factory=list)
+    # A reference frozen under the one-control-run policy (see ``policy``) has these instead.
+    control_run: RunSummary | None = None
+    applicability_run: RunSummary | None = None
+    check_s: list[float] = Field(default_factory=list)
+
+    def runs(self) -> list[RunSummary]:
+        """Every traced run the build made for this configuration."""
+        legacy = [r for r in (self.control_run, self.applicability_run) if r is not None]
+        return [self.learn_run, *legacy, *(p.run for p in self.policy_runs)]
+
+    def check_seconds(self) -> float:
+        return sum(self.check_s) + sum(p.check_s for p in self.policy_runs)
 
 
 class ReferenceManifest(BaseModel):
@@ -108,12 +137,16 @@ class ReferenceManifest(BaseModel):
 
 
 POLICY = (
-    "Invariants are learned from one traced healthy baseline run per configuration with the "
-    f"relations {', '.join(RELATIONS)}. A second healthy baseline run is the control: its "
-    "violations are TrainCheck noise and never count. An invariant is dropped (not expected "
-    "to survive the intended modification) when a traced run of the reference solution "
-    "violates it beyond the control set; everything else is kept, including invariants the "
-    "reference run never triggers."
+    "Invariants are learned from one traced healthy baseline run per configuration at the "
+    f"packet's seed with the relations {', '.join(RELATIONS)}. The applicability policy then "
+    "checks them against traced healthy baseline runs at the seeds offset by "
+    f"{', '.join(f'+{o}' for o in HEALTHY_POLICY_OFFSETS)} (with the learning run: three "
+    "healthy runs at three seeds) and traced runs of the reference solution (the intended "
+    f"modification) at the seeds offset by {', '.join(f'+{o}' for o in REFERENCE_POLICY_OFFSETS)}. "
+    "An invariant any of these runs violates is dropped before the freeze: a healthy run's "
+    "violation is seed-dependent, rank-local or timing noise, and a reference run's is not "
+    "expected to survive the intended modification. Everything else is kept, including "
+    "invariants the reference runs never trigger."
 )
 
 
@@ -147,11 +180,52 @@ def _require_ok(record: dict[str, Any], what: str) -> None:
                            "a healthy run must pass before invariants can be learned from it")
 
 
+class PolicyDecision(BaseModel):
+    """The frozen set of one configuration and why each dropped invariant went."""
+
+    kept: list[dict[str, Any]]
+    # invariant id -> its violation record and the runs that violated it
+    dropped: dict[str, dict[str, Any]]
+
+
+def _run_label(role: PolicyRole, seed: int) -> str:
+    return f"{'healthy baseline' if role == 'healthy' else 'reference solution'} at seed {seed}"
+
+
+def apply_policy(learned: list[dict[str, Any]],
+                 checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]]) -> PolicyDecision:
+    """Drop every learned invariant that a policy run violated; ``checks`` holds each run's
+    (role, seed, violations as the container's checker reports them)."""
+    dropped: dict[str, dict[str, Any]] = {}
+    for role, seed, violations in checks:
+        for violation in violations:
+            entry = dropped.setdefault(violation["id"], {
+                "id": violation["id"], "relation": violation["relation"],
+                "rule": violation["rule"], "violated_by": []})
+            entry["violated_by"].append(_run_label(role, seed))
+    for entry in dropped.values():
+        healthy = any(by.startswith("healthy") for by in entry["violated_by"])
+        entry["reason"] = ("violated by a healthy baseline run: seed-dependent, rank-local or "
+                           "timing noise" if healthy else
+                           "violated by the reference solution: not expected to survive the "
+                           "intended modification")
+    kept = [inv for inv in learned if invariant_id(inv) not in dropped]
+    learned_ids = {invariant_id(inv) for inv in learned}
+    # A violation of an invariant that was never learned would mean the checker read another
+    # set: refuse rather than freeze a policy decided on the wrong rules.
+    unknown = sorted(set(dropped) - learned_ids)
+    if unknown:
+        raise HarnessError(f"policy runs violated {len(unknown)} invariant(s) not in the "
+                           f"learned set (first: {unknown[0]})",
+                           "rebuild the reference from a clean start")
+    return PolicyDecision(kept=kept, dropped=dropped)
+
+
 def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference: str,
                  config: str, dest: Path, log: Callable[[str], None]) -> FrozenConfig:
     spec = files.packet.spec.diagnostics
     assert spec is not None
-    base_args, feat_args = spec.train_args(feature=False), spec.train_args(feature=True)
+    base_args = spec.train_args(feature=False)
     learn = traced_run(box, baseline, f"{RUNS}/{config}-learn", config, base_args, spec.wall_s)
     _require_ok(learn, f"{config} learning run")
     log(f"{config}: learning run {learn['wall_s']:.0f} s; inferring")
@@ -163,54 +237,61 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
         raise HarnessError(f"{config}: inference gave no invariants ({inferred['outcome']}): "
                            f"{inferred.get('log_tail', '')[-300:]}", "see the infer log")
     log(f"{config}: {inferred['n_invariants']} invariants in {inferred['wall_s']:.0f} s")
-    control = traced_run(box, baseline, f"{RUNS}/{config}-control", config, base_args,
-                         spec.wall_s)
-    _require_ok(control, f"{config} control run")
-    control_check = checked(box, control["trace_dir"], invariants, f"{RUNS}/{config}-control-chk")
-    control_ids = {v["id"] for v in control_check["violations"]}
-    applic = traced_run(box, reference, f"{RUNS}/{config}-applicability", config, feat_args,
-                        spec.wall_s)
-    _require_ok(applic, f"{config} reference run")
-    applic_check = checked(box, applic["trace_dir"], invariants, f"{RUNS}/{config}-applic-chk")
-    dropped = {v["id"]: v for v in applic_check["violations"] if v["id"] not in control_ids}
-    log(f"{config}: control violates {len(control_ids)}, reference drops {len(dropped)}")
+
+    plan: list[tuple[PolicyRole, int]] = [
+        *(("healthy", spec.seed + o) for o in HEALTHY_POLICY_OFFSETS),
+        *(("reference", spec.seed + o) for o in REFERENCE_POLICY_OFFSETS)]
+    policy_runs: list[PolicyRun] = []
+    checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]] = []
+    for role, seed in plan:
+        tree = baseline if role == "healthy" else reference
+        args = spec.train_args(feature=role == "reference", seed=seed)
+        name = f"{config}-{role}-s{seed}"
+        record = traced_run(box, tree, f"{RUNS}/{name}", config, args, spec.wall_s)
+        _require_ok(record, f"{config} {_run_label(role, seed)}")
+        result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk")
+        checks.append((role, seed, result["violations"]))
+        policy_runs.append(PolicyRun(
+            role=role, run=run_summary("baseline" if role == "healthy" else "reference", seed,
+                                       record),
+            violated_ids=sorted({v["id"] for v in result["violations"]}),
+            check_s=result["wall_s"]))
+        log(f"{config}: {_run_label(role, seed)} violates {len(result['violations'])}")
 
     learned = [json.loads(line) for line in box.read_bytes(invariants).decode().splitlines()
                if line.strip()]
-    kept_lines: list[str] = []
+    decision = apply_policy(learned, checks)
+    kept_lines = [json.dumps(inv, sort_keys=True) for inv in decision.kept]
     by_relation: dict[str, int] = {}
-    for inv in learned:
-        if invariant_id(inv) in dropped:
-            continue
-        kept_lines.append(json.dumps(inv, sort_keys=True))
+    for inv in decision.kept:
         by_relation[inv["relation"]] = by_relation.get(inv["relation"], 0) + 1
     inv_path = dest / f"{config}.invariants.json.gz"
     # mtime=0: the same invariants give the same bytes, so the hash pins the content.
     inv_path.write_bytes(gzip.compress(("\n".join(kept_lines) + "\n").encode(), mtime=0))
+    # The healthy runs' violations: none of them is in the frozen set, so a diagnostic that
+    # discounts them (the agent's tool does) discounts nothing it could report.
+    healthy = {v["id"]: v for role, _, found in checks if role == "healthy" for v in found}
+    control_violations = [Violation.model_validate(v)
+                          for _, v in sorted(healthy.items())]
     control_path = dest / f"{config}.control.json"
-    control_violations = [Violation.model_validate(v) for v in control_check["violations"]]
     control_path.write_text(json.dumps(
-        {"config": config, "violated_ids": sorted(control_ids),
+        {"config": config, "violated_ids": sorted(healthy),
          "violations": [v.model_dump() for v in control_violations]}, indent=1) + "\n")
     policy_path = dest / "policy.json"
     policy: dict[str, Any] = (json.loads(policy_path.read_text()) if policy_path.exists()
-                              else {"policy": POLICY, "dropped": {}})
-    policy["dropped"][config] = [
-        {"id": v["id"], "relation": v["relation"], "rule": v["rule"],
-         "reason": "violated by the reference solution's traced run beyond the control set"}
-        for v in sorted(dropped.values(), key=lambda v: v["id"])]
+                              else {"dropped": {}})
+    policy["policy"] = POLICY
+    policy["dropped"][config] = [decision.dropped[k] for k in sorted(decision.dropped)]
     policy_path.write_text(json.dumps(policy, indent=1, sort_keys=True) + "\n")
+    log(f"{config}: kept {len(kept_lines)} of {len(learned)}, dropped {len(decision.dropped)}")
     return FrozenConfig(
         config=config, invariants_file=inv_path.name, invariants_sha256=file_sha256(inv_path),
         control_file=control_path.name, control_sha256=file_sha256(control_path),
-        n_learned=len(learned), n_dropped=len(dropped), n_kept=len(kept_lines),
+        n_learned=len(learned), n_dropped=len(decision.dropped), n_kept=len(kept_lines),
         kept_by_relation=dict(sorted(by_relation.items())),
         control_violations=control_violations,
         learn_run=run_summary("baseline", spec.seed, learn),
-        control_run=run_summary("baseline", spec.seed, control),
-        applicability_run=run_summary("reference", spec.seed, applic),
-        infer_s=inferred["wall_s"],
-        check_s=[control_check["wall_s"], applic_check["wall_s"]],
+        infer_s=inferred["wall_s"], policy_runs=policy_runs,
     )
 
 

@@ -40,8 +40,15 @@ def test_calibration_track_on_the_fixture_task(
     manifest = build_reference(files, ["cpu-1"], log=quiet)
     frozen = manifest.configs["cpu-1"]
     assert frozen.n_learned > 0 and frozen.n_kept == frozen.n_learned - frozen.n_dropped
-    assert frozen.learn_run.outcome == frozen.control_run.outcome == "ok"
-    assert frozen.applicability_run.variant == "reference"
+    assert frozen.learn_run.outcome == "ok"
+    # The policy decided on healthy baseline runs at two more seeds and on the reference at two.
+    roles = sorted((p.role, p.run.variant, p.run.seed) for p in frozen.policy_runs)
+    seed = frozen.learn_run.seed
+    assert roles == [("healthy", "baseline", seed + 10), ("healthy", "baseline", seed + 20),
+                     ("reference", "reference", seed), ("reference", "reference", seed + 10)]
+    assert all(p.run.outcome == "ok" for p in frozen.policy_runs)
+    violated = {i for p in frozen.policy_runs for i in p.violated_ids}
+    assert frozen.n_dropped == len(violated)  # every violated rule is dropped, nothing else
     _, files_ok = load_frozen(files, "cpu-1")  # hashes verified
     assert files_ok.invariants.count(b"\n") == frozen.n_kept
     # Editing a frozen file is refused.
@@ -59,9 +66,15 @@ def test_calibration_track_on_the_fixture_task(
     assert kinds["rank_identity"] == kinds["step_identity"] == "observed"
 
     report = calibrate(files, ["cpu-1"], command="test", log=quiet)
-    rows = {r.variant: r for r in report.configs["cpu-1"].rows}
+    all_rows = report.configs["cpu-1"].rows
+    rows = {r.variant: r for r in all_rows if r.seed == report.seed}
     assert set(rows) == {"baseline", "reference", "fault:off-by-one-ramp",
                          "fault:scheduler-not-resumed"}
+    # The healthy runs again at a second held-out seed, none of the policy's seeds.
+    second = sorted((r.variant, r.seed) for r in all_rows if r.seed != report.seed)
+    assert second == [("baseline", report.seed + 1), ("reference", report.seed + 1)]
+    policy_seeds = {p.run.seed for p in frozen.policy_runs} | {frozen.learn_run.seed}
+    assert not policy_seeds & {r.seed for r in all_rows}
     for name in ("fault:off-by-one-ramp", "fault:scheduler-not-resumed"):
         row = rows[name]
         assert row.oracle is not None and row.oracle.confirmed, name  # the real grader's verdict
@@ -69,8 +82,8 @@ def test_calibration_track_on_the_fixture_task(
         assert row.verdict in ("detected", "not_detected") and row.check_outcome == "ok"
     assert rows["baseline"].verdict in ("clean", "false_alarm")
     summary = report.summary
-    assert summary.controls == 2 and summary.faults_confirmed == 2
-    assert summary.false_alarms == sum(r.verdict == "false_alarm" for r in rows.values())
+    assert summary.controls == 4 and summary.faults_confirmed == 2
+    assert summary.false_alarms == sum(r.verdict == "false_alarm" for r in all_rows)
     assert report.configs["cpu-1"].cost_ratio > 1.0
     assert "faults detected by TrainCheck" in render_markdown(report)
 
