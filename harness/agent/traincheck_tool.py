@@ -266,7 +266,8 @@ class TraincheckTool:
             runner.artifact_path(f"traincheck-{frozen.config}-report").with_suffix(".md") \
                 .write_text(render_report(raw))
         plain = {v.id: plain_rule(frozen.by_id.get(v.id), v.rule) for v in report.new_violations}
-        text = render_for_model(frozen.config, report, report_path, cost, plain)
+        text = render_for_model(frozen.config, report, report_path, cost, plain,
+                                traced=_traced_run_line(frozen.config, self.spec))
         details = {
             "configuration": frozen.config, "outcome": report.outcome, "cause": report.cause,
             "new_violations": [{**v.model_dump(), "plain_rule": plain[v.id]}
@@ -355,16 +356,26 @@ _NO_VERDICT = {
 }
 
 
+def _traced_run_line(config: str, spec: DiagnosticsSpec) -> str:
+    """What the traced run was, so the answer says how it differs from the task's own runs."""
+    args = " ".join(spec.train_args(feature=True))
+    return (f"Traced run: `train.py --config {config} {args}`: {spec.steps} optimizer step(s), "
+            "shorter than the task's full runs, so what shows only later in training (or in "
+            "checkpoint, resume and export paths this run does not take) is not seen.")
+
+
 def render_for_model(config: str, report: DiagnosticReport, report_path: str,
-                     cost: DiagnosticCost, plain: dict[str, str] | None = None) -> str:
-    """What the model reads: the outcome, each new violation, the report's path, the cost."""
+                     cost: DiagnosticCost, plain: dict[str, str] | None = None,
+                     traced: str = "") -> str:
+    """What the model reads: the outcome, each new violation, what was traced, the report's
+    path, the cost."""
     plain = plain or {}
     run_dir = report_path.rsplit("/", 1)[0]
     lines: list[str] = []
     if report.outcome == "violations":
         n = len(report.new_violations)
-        lines.append(f"TrainCheck on {config}: {n} invariant violation(s) beyond those of a "
-                     "healthy control run.")
+        lines.append(f"TrainCheck on {config}: {n} violation(s) of the invariants learned from "
+                     "healthy runs of the unmodified code.")
         for v in report.new_violations:
             where = f"step {v.first_step}" if v.first_step is not None else "an unknown step"
             words = plain.get(v.id, v.rule)
@@ -372,8 +383,8 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
             lines.append(f"- [{v.relation}] {said} (first fired at {where}, "
                          f"{_ranks(v.ranks)})")
     elif report.outcome == "no_new_violations":
-        lines.append(f"TrainCheck on {config}: no invariant violations beyond those of a healthy "
-                     "control run.")
+        lines.append(f"TrainCheck on {config}: no violation of the invariants learned from "
+                     "healthy runs of the unmodified code.")
     else:
         what = _NO_VERDICT.get(report.outcome, f"outcome {report.outcome}")
         lines.append(f"TrainCheck on {config}: {what}, so nothing was checked: there is no "
@@ -393,6 +404,8 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
                          "them not triggered by this run")
         if extra:
             lines.append("(" + "; ".join(extra) + ".)")
+    if traced and report.outcome in ("violations", "no_new_violations"):
+        lines.append(traced)
     if report.has_report:
         lines.append(f"Full report (inside the container, not in your workspace): {report_path}")
     parts = [f"reference upload/check {cost.upload_s:.1f} s"]

@@ -17,7 +17,7 @@ CATEGORIES: tuple[str, ...] = get_args(Category)
 
 
 class Violation(BaseModel):
-    """One violation the diagnostic reported beyond a healthy control run."""
+    """One violation of the frozen invariants that the diagnostic reported."""
 
     relation: str
     rule: str

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import shutil
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -316,12 +317,22 @@ def build_reference(files: TaskFiles, configs: list[str], *,
     version = ""
     with tempfile.TemporaryDirectory(prefix="harness-tc-ref-") as tmp:
         variants = {v.name: v for v in build_variants(files, Path(tmp), faults=False)}
+        # The new files are made apart and replace the frozen ones only once every
+        # configuration is built: a build that fails or is killed while it runs (the runs
+        # take most of an hour) leaves the frozen reference as it was.
+        staging = Path(tmp) / "reference"
+        staging.mkdir()
+        if (dest / "policy.json").is_file():
+            shutil.copy(dest / "policy.json", staging / "policy.json")
         for config in configs:
             with DiagnosticsBox(client, f"{files.task}-{config}-ref") as box:
                 version = version or traincheck_version(box)
                 baseline = box.put_tree("baseline", variants["baseline"].tree)
                 reference = box.put_tree("reference", variants["reference"].tree)
-                frozen[config] = build_config(box, files, baseline, reference, config, dest, log)
+                frozen[config] = build_config(box, files, baseline, reference, config, staging,
+                                              log)
+        for made in sorted(staging.iterdir()):
+            shutil.copy(made, dest / made.name)
     manifest = ReferenceManifest(
         task=files.task, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
         traincheck_version=version, relations=RELATIONS, steps=spec.steps, seed=spec.seed,

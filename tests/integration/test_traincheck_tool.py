@@ -125,6 +125,10 @@ def test_traincheck_finds_unsynchronised_experts_without_touching_the_workspace(
     assert consistency and consistency[0]["ranks"] == [0, 1], output
     assert "[ConsistencyRelation]" in output and "ranks 0, 1" in output
     assert "/tmp/traincheck/run-1/report.md" in output and "Cost:" in output
+    # The answer says what was traced and that it is shorter than the task's own runs.
+    steps = details["train_args"][details["train_args"].index("--steps") + 1]
+    assert f"Traced run: `train.py --config gloo-ddp-2 --steps {steps} " in output
+    assert "shorter than the task's full runs" in output
     assert details["report"] == "/tmp/traincheck/run-1/report.md"
     assert details["reference_uploaded"] is True
     assert details["diagnostics_s"] > 0 and details["collect_s"] > 0 and details["check_s"] > 0
