@@ -37,7 +37,7 @@ def traincheck_reference(task: TaskOption,
     manifest = build_reference(task_files(task), cpu_configs(config), log=log)
     for name, entry in manifest.configs.items():
         console.print(f"{name:<12} learned {entry.n_learned:>5}  dropped {entry.n_dropped:>4}  "
-                      f"kept {entry.n_kept:>5}  control violations "
+                      f"kept {entry.n_kept:>5}  violated by healthy runs "
                       f"{len(entry.control_violations)}")
 
 
