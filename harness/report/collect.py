@@ -10,6 +10,7 @@ infrastructure failures, interruptions, attempts that do not verify, not graded 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,10 +183,12 @@ def _used(row: SessionRow, locked: LockedSession, folder: Path,
     typed = [events.parse(e) for e in read_events(paths.transcript)]
     chains = build_chains(paths.transcript, typed, record.arm, snapshot_grades)
     judgements = read_judgements(folder)
-    seconds = sum(_grade_seconds(folder / g.folder) for g in read_grades(folder, record))
-    # Snapshots of the same diff share one grading folder: its time counts once.
-    for snapshot_folder in {snap.folder for snap in (snapshot_grades or {}).values()}:
-        seconds += _grade_seconds(folder / snapshot_folder)
+    # Snapshots of the same diff share one grading folder: its time counts once. Summed in a
+    # fixed order with fsum: a set's order follows the process's string hash seed, and a float
+    # sum in another order can round differently, so two reports of the same records differed.
+    snapshot_folders = sorted({snap.folder for snap in (snapshot_grades or {}).values()})
+    seconds = math.fsum([*(_grade_seconds(folder / g.folder) for g in read_grades(folder, record)),
+                         *(_grade_seconds(folder / f) for f in snapshot_folders)])
     return UsedSession(row=row, locked=locked, folder=folder, record=record, grade=grade,
                        grade_report=grade_report, snapshot_grades=snapshot_grades, typed=typed,
                        chains=chains, judgements=judgements, grading_seconds=seconds)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from harness.errors import HarnessError
 from harness.records import events
 from harness.records.attempt import read_json_file
 from harness.records.study import Price, Study, TokenCategory, task_ref
 from harness.report.collect import StudyRecords, UsedSession
 from harness.report.model import ArmCost, CostsSection, Money, SessionCost
+from harness.traincheck.reference import ReferenceManifest
 
 DIAGNOSTIC_TOOL = "traincheck"
 RUN_TOOLS = frozenset({"run_candidate", "run_public_tests"})
@@ -58,22 +61,13 @@ def _reference_build_seconds(study: Study, task: str) -> float:
     if not manifest.is_file():
         return 0.0
     data: Any = read_json_file(manifest, "a frozen reference's manifest")
-    total = 0.0
     try:
-        for config in (data.get("configs") or {}).values():
-            # control_run and applicability_run: a reference frozen under the one-control
-            # policy; policy_runs: the multi-seed policy's runs, each with its check.
-            for run in ("learn_run", "control_run", "applicability_run"):
-                total += float((config.get(run) or {}).get("wall_s") or 0.0)
-            for policy_run in config.get("policy_runs") or []:
-                total += float((policy_run.get("run") or {}).get("wall_s") or 0.0)
-                total += float(policy_run.get("check_s") or 0.0)
-            total += float(config.get("infer_s") or 0.0)
-            total += sum(float(s) for s in config.get("check_s") or [])
-    except (AttributeError, TypeError, ValueError):
+        frozen = ReferenceManifest.model_validate(data)
+    except ValidationError:
         raise HarnessError(f"{manifest} does not have a frozen reference's shape",
                            "restore it from the repository") from None
-    return total
+    return sum(sum(run.wall_s for run in config.runs()) + config.infer_s
+               + config.check_seconds() for config in frozen.configs.values())
 
 
 def _diagnostic_split(used: UsedSession) -> tuple[float, float, float]:

@@ -320,7 +320,7 @@ def build_reference(files: TaskFiles, configs: list[str], *,
         # The new files are made apart and replace the frozen ones only once every
         # configuration is built: a build that fails or is killed while it runs (the runs
         # take most of an hour) leaves the frozen reference as it was.
-        staging = Path(tmp) / "reference"
+        staging = Path(tmp) / "frozen-files"
         staging.mkdir()
         if (dest / "policy.json").is_file():
             shutil.copy(dest / "policy.json", staging / "policy.json")
