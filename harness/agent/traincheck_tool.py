@@ -365,8 +365,8 @@ def _traced_run_line(config: str, spec: DiagnosticsSpec) -> str:
 
 
 def render_for_model(config: str, report: DiagnosticReport, report_path: str,
-                     cost: DiagnosticCost, plain: dict[str, str] | None = None,
-                     traced: str = "") -> str:
+                     cost: DiagnosticCost, plain: dict[str, str] | None = None, *,
+                     traced: str) -> str:
     """What the model reads: the outcome, each new violation, what was traced, the report's
     path, the cost."""
     plain = plain or {}
@@ -404,7 +404,7 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
                          "them not triggered by this run")
         if extra:
             lines.append("(" + "; ".join(extra) + ".)")
-    if traced and report.outcome in ("violations", "no_new_violations"):
+    if report.outcome in ("violations", "no_new_violations"):
         lines.append(traced)
     if report.has_report:
         lines.append(f"Full report (inside the container, not in your workspace): {report_path}")

@@ -189,6 +189,11 @@ class PolicyDecision(BaseModel):
     dropped: dict[str, dict[str, Any]]
 
 
+HEALTHY_REASON = "violated by a healthy baseline run: seed-dependent, rank-local or timing noise"
+REFERENCE_REASON = ("violated by the reference solution: not expected to survive the intended "
+                    "modification")
+
+
 def _run_label(role: PolicyRole, seed: int) -> str:
     return f"{'healthy baseline' if role == 'healthy' else 'reference solution'} at seed {seed}"
 
@@ -202,23 +207,19 @@ def apply_policy(learned: list[dict[str, Any]],
         for violation in violations:
             entry = dropped.setdefault(violation["id"], {
                 "id": violation["id"], "relation": violation["relation"],
-                "rule": violation["rule"], "violated_by": []})
+                "rule": violation["rule"], "violated_by": [], "reason": REFERENCE_REASON})
             entry["violated_by"].append(_run_label(role, seed))
-    for entry in dropped.values():
-        healthy = any(by.startswith("healthy") for by in entry["violated_by"])
-        entry["reason"] = ("violated by a healthy baseline run: seed-dependent, rank-local or "
-                           "timing noise" if healthy else
-                           "violated by the reference solution: not expected to survive the "
-                           "intended modification")
-    kept = [inv for inv in learned if invariant_id(inv) not in dropped]
-    learned_ids = {invariant_id(inv) for inv in learned}
+            if role == "healthy":  # noise explains a drop before the modification does
+                entry["reason"] = HEALTHY_REASON
+    ids = [invariant_id(inv) for inv in learned]
     # A violation of an invariant that was never learned would mean the checker read another
     # set: refuse rather than freeze a policy decided on the wrong rules.
-    unknown = sorted(set(dropped) - learned_ids)
+    unknown = sorted(set(dropped) - set(ids))
     if unknown:
         raise HarnessError(f"policy runs violated {len(unknown)} invariant(s) not in the "
                            f"learned set (first: {unknown[0]})",
                            "rebuild the reference from a clean start")
+    kept = [inv for inv, inv_id in zip(learned, ids, strict=True) if inv_id not in dropped]
     return PolicyDecision(kept=kept, dropped=dropped)
 
 
