@@ -43,10 +43,13 @@ from harness.traincheck.reference import (
 )
 from harness.traincheck.variants import TaskFiles, Variant, build_variants
 
-CALIBRATION_SEED_OFFSET = 1  # held-out seed of the faults and the first healthy runs
+# The held-out seed of the faults and the first healthy runs. Offsets 1 and 2 were the
+# held-out seeds until 2026-12-06; their false alarms decided the relation set (reference.py,
+# RELATIONS), so they are no longer held out and calibration moved to seeds never looked at.
+CALIBRATION_SEED_OFFSET = 3
 # The second held-out seed: healthy runs only, so that false alarms are measured at two seeds
 # the applicability policy was not decided on.
-SECOND_HEALTHY_SEED_OFFSET = 2
+SECOND_HEALTHY_SEED_OFFSET = 4
 CHECK_WALL_S = 900.0
 
 Verdict = Literal["detected", "not_detected", "false_alarm", "clean", "program_crash",

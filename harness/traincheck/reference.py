@@ -45,12 +45,18 @@ from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.variants import TaskFiles, build_variants
 
 CPU_CONFIGURATIONS = ("cpu-1", "gloo-ddp-2", "gloo-fsdp-2")
-# Cross-rank consistency, API containment, call order and distinct arguments: the relations
-# that can speak about distributed training and whose inference cost fits a study build
-# (measured: ~32 s for a 4-step DDP trace; ConsistentOutput/InputOutput/Threshold/FunctionCover
-# are left out for cost, and because they restate FunctionLead/APIContain on these traces).
-RELATIONS = ["ConsistencyRelation", "APIContainRelation", "FunctionLeadRelation",
-             "DistinctArgumentRelation"]
+# Cross-rank consistency, API containment and call order: the relations that can speak about
+# distributed training and whose inference cost fits a study build (measured: ~32 s for a
+# 4-step DDP trace; ConsistentOutput/InputOutput/Threshold/FunctionCover are left out for
+# cost, and because they restate FunctionLead/APIContain on these traces).
+# DistinctArgumentRelation is left out because it is noise on these tasks: its rules ("X
+# receives distinct arguments at each step") compare object identities and tensor metadata,
+# so the same healthy code satisfies them on some runs and not others. It gave every false
+# alarm of moe-router's calibrations (gloo-fsdp-2: `WeakIdKeyDictionary.get()`,
+# `functional.split()`; 3 of 12 healthy runs on 2026-12-06, after four policy runs had not
+# caught them) and hybrid-arch's cpu-1 false alarms in November, and no detection rested on it
+# alone in either task's latest calibration.
+RELATIONS = ["ConsistencyRelation", "APIContainRelation", "FunctionLeadRelation"]
 INFER_WALL_S = 1800.0
 CHECK_WALL_S = 900.0
 # The applicability policy's runs, as offsets from the packet's seed (the learning run's).
