@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from diagnostics import checking, collect, inspect, transparency
+from diagnostics import checking, collect, inspect, resume, transparency
 
 
 def _emit(obj: object) -> None:
@@ -77,6 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     p_transp.add_argument("--wall-s", type=float, default=600.0, help="per run")
     p_transp.add_argument("train_args", nargs=argparse.REMAINDER)
 
+    p_probe = sub.add_parser("resume-probe",
+                             help="a straight traced run and its resume from a mid checkpoint")
+    p_probe.add_argument("--src", type=Path, required=True)
+    p_probe.add_argument("--out", type=Path, required=True)
+    p_probe.add_argument("--config", required=True)
+    p_probe.add_argument("--save-every", type=int, required=True)
+    p_probe.add_argument("--wall-s", type=float, default=600.0, help="per run")
+    p_probe.add_argument("train_args", nargs=argparse.REMAINDER)
+
+    p_rlearn = sub.add_parser("resume-learn", help="resume rules a healthy probe satisfies")
+    p_rlearn.add_argument("--probe", type=Path, required=True, help="a resume-probe folder")
+    p_rlearn.add_argument("--out", type=Path, required=True)
+
+    p_rcheck = sub.add_parser("resume-check", help="check a resume probe against rules")
+    p_rcheck.add_argument("--probe", type=Path, required=True, help="a resume-probe folder")
+    p_rcheck.add_argument("--rules", type=Path, required=True)
+
     a = parser.parse_args(argv)
     train_args = [x for x in getattr(a, "train_args", []) if x != "--"]
     try:
@@ -97,6 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "transparency":
             _emit(transparency.transparency(a.src, a.out, a.config, train_args,
                                             save_every=a.save_every, wall_s=a.wall_s))
+        elif a.command == "resume-probe":
+            _emit(resume.probe(a.src, a.out, a.config, train_args, save_every=a.save_every,
+                               wall_s=a.wall_s))
+        elif a.command == "resume-learn":
+            rules = resume.learn(a.probe / "straight" / "trace", a.probe / "resumed" / "trace")
+            if a.out.exists():
+                raise FileExistsError(f"rules file {a.out} exists; learn into a fresh one")
+            a.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rules))
+            _emit({"outcome": "ok", "n_rules": len(rules), "out": str(a.out)})
+        elif a.command == "resume-check":
+            _emit(resume.check(a.probe / "straight" / "trace", a.probe / "resumed" / "trace",
+                               checking.read_invariants(a.rules)))
     except (OSError, ValueError) as exc:
         _emit({"error": f"{type(exc).__name__}: {exc}"})
         return 2

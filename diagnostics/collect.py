@@ -111,8 +111,14 @@ def failure_cause(return_code: int, output: str) -> str:
 
 
 def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: bool,
-        wall_s: float, invariants: Path | None = None) -> dict[str, Any]:
-    """Run ``train.py`` of ``src`` under ``config``; returns (and writes) ``out/run.json``."""
+        wall_s: float, invariants: Path | None = None, observe_state: bool = False,
+        first_step: int = 0) -> dict[str, Any]:
+    """Run ``train.py`` of ``src`` under ``config``; returns (and writes) ``out/run.json``.
+
+    ``observe_state`` adds the training state beyond parameters to a traced run's trace
+    (``observe.py``); ``first_step`` is the step number of a resumed run's first step."""
+    if (observe_state or first_step) and not traced:
+        raise ValueError("state observation and step numbering apply to traced runs only")
     if config not in WORLD_SIZE:
         raise ValueError(f"unknown configuration {config!r}; use one of {sorted(WORLD_SIZE)}")
     if out.exists():
@@ -143,6 +149,9 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
     log_path = out / "output.log"
     marker = uuid.uuid4().hex
     env = {**scrubbed_env(home), "DIAGNOSTICS_RUN": marker}
+    if traced:  # read and removed by the entry script before the task's code runs
+        env.update(DIAG_FIRST_STEP=str(first_step),
+                   DIAG_OBSERVE_STATE="1" if observe_state else "0")
     started = time.monotonic()
     hung = False
     with log_path.open("wb") as log:
@@ -165,7 +174,8 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
         "command": command, "train_args": args, "return_code": return_code,
         "wall_s": round(wall, 3), "out": str(out), "train_out": str(train_out),
         "trace_dir": str(trace_dir) if traced else None,
-        "selective": invariants is not None, "output_tail": _tail(output),
+        "selective": invariants is not None, "observe_state": observe_state,
+        "first_step": first_step, "output_tail": _tail(output),
         "killed_left_behind": left_behind,
     }
     if hung:

@@ -11,7 +11,15 @@ does what the source instrumenter would, from the outside, without touching the 
   the same logical name (``model.<name>``) on every rank, in every configuration and run;
 - dumps all parameters after each ``optimizer.step()`` with TrainCheck's own ``VarSampler``
   (the tracker that works for one process, DDP and FSDP2) and counts steps in
-  ``META_VARS["step"]``; with several ranks, a barrier first aligns the ranks' dumps in time.
+  ``META_VARS["step"]``; with several ranks, a barrier first aligns the ranks' dumps in time;
+- when the run observes state (``DIAG_OBSERVE_STATE=1``), also dumps the optimizer's state,
+  buffers, random generators and learning rate after each step (``observe.py``), through
+  TrainCheck's trace writer and with its tracing suppressed (the observation's own torch
+  calls are not the program's);
+- counts steps from ``DIAG_FIRST_STEP`` (a resumed run's first step is the checkpoint's), so
+  the same step has the same number in a straight run and in its resume.
+
+Both variables are removed from the environment before the task's code runs.
 
 Then it runs the real ``train.py`` as ``__main__`` with the original arguments.
 """
@@ -41,7 +49,23 @@ from traincheck.instrumentor import VarSampler
 from traincheck.instrumentor.caches import META_VARS
 
 META_VARS["rank"] = int(os.environ.get("RANK", "0"))
-META_VARS["step"] = 0
+META_VARS["step"] = int(os.environ.pop("DIAG_FIRST_STEP", "0"))
+_OBSERVE_STATE = os.environ.pop("DIAG_OBSERVE_STATE", "") == "1"
+if _OBSERVE_STATE:
+    import threading
+
+    from diagnostics.observe import state_records
+    from traincheck.instrumentor.dumper import dump_trace_VAR
+    from traincheck.instrumentor.tracer import suppress_tracing
+    from traincheck.utils import get_timestamp_ns
+
+
+def _dump_state(model, optimizer):
+    with suppress_tracing():
+        for record in state_records(model, optimizer, META_VARS, pid=os.getpid(),
+                                    tid=threading.current_thread().ident,
+                                    time_ns=get_timestamp_ns()):
+            dump_trace_VAR(record)
 
 _roots = []
 _depth = [0]
@@ -111,6 +135,8 @@ def _opt_post(optimizer, args, kwargs):
             _samplers[id(optimizer)].dump_sample()
         else:
             _samplers[id(optimizer)] = VarSampler(model, var_name="model")
+        if _OBSERVE_STATE:
+            _dump_state(model, optimizer)
     META_VARS["step"] += 1
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from diagnostics.collect import run as collect_run
+from diagnostics.train_args import checkpoints, option_value, with_option
 
 MAX_LISTED = 12
 TAIL_CHARS = 2000
@@ -75,43 +76,6 @@ PAIRS: list[tuple[str, str, tuple[str, ...], str]] = [
 _EXCEPTION_LINE = re.compile(
     r"^(?:\[(?:rank|default)\d*\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Failure|Interrupt))"
     r"(?::|$)", re.M)
-_STEP_SUFFIX = re.compile(r"(\d+)$")
-
-
-def _option(args: list[str], name: str) -> str | None:
-    for i, word in enumerate(args):
-        if word == name and i + 1 < len(args):
-            return args[i + 1]
-        if word.startswith(name + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-def _with_option(args: list[str], name: str, value: str) -> list[str]:
-    """``args`` with ``name``'s value replaced (or the option appended)."""
-    out, i, found = [], 0, False
-    while i < len(args):
-        if args[i] == name and i + 1 < len(args):
-            out += [name, value]
-            i, found = i + 2, True
-        elif args[i].startswith(name + "="):
-            out += [name, value]
-            i, found = i + 1, True
-        else:
-            out.append(args[i])
-            i += 1
-    return out if found else [*out, name, value]
-
-
-def checkpoints(ckpt_dir: Path) -> dict[int, Path]:
-    """Checkpoint sub-folders by step (``step_4`` and ``step-4`` both name step 4)."""
-    found = {}
-    if ckpt_dir.is_dir():
-        for child in ckpt_dir.iterdir():
-            match = _STEP_SUFFIX.search(child.name)
-            if child.is_dir() and match:
-                found[int(match.group(1))] = child
-    return dict(sorted(found.items()))
 
 
 def exception_lines(output: str) -> list[str]:
@@ -369,8 +333,8 @@ def _run_record(record: dict[str, Any], out: Path, ckpt: Path, *, seed: int,
 def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
                  save_every: int, wall_s: float) -> dict[str, Any]:
     """Run the seven runs of one configuration and compare them; writes out/transparency.json."""
-    steps_text = _option(train_args, "--steps")
-    seed_text = _option(train_args, "--seed")
+    steps_text = option_value(train_args, "--steps")
+    seed_text = option_value(train_args, "--seed")
     if steps_text is None or seed_text is None:
         raise ValueError("the training arguments need --steps and --seed")
     steps, seed = int(steps_text), int(seed_text)
@@ -378,7 +342,7 @@ def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
         raise ValueError(f"--steps {steps} must be a multiple of --save-every {save_every} "
                          "with at least two checkpoints (a mid one to resume from, a final one)")
     for word in ("--ckpt", "--resume", "--save-every", "--out"):
-        if _option(train_args, word) is not None:
+        if option_value(train_args, word) is not None:
             raise ValueError(f"{word} is set by the transparency check, not by the caller")
     if out.exists():
         raise FileExistsError(f"output folder {out} exists; every check needs a fresh one")
@@ -389,7 +353,7 @@ def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
     runs: dict[str, dict[str, Any]] = {}
     for label, (traced, resume_from, seed_offset) in RUNS.items():
         run_out, ckpt = out / label, out / label / "ckpt"
-        args = _with_option(train_args, "--seed", str(seed + seed_offset))
+        args = with_option(train_args, "--seed", str(seed + seed_offset))
         args += ["--ckpt", str(ckpt), "--save-every", str(save_every)]
         resume_step = None
         if resume_from is not None:
