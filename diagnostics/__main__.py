@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     p_diag.add_argument("--config", required=True)
     p_diag.add_argument("--reference", type=Path, required=True,
                         help="folder with <config>.invariants.json and <config>.control.json")
+    p_diag.add_argument("--resume-spec", type=json.loads,
+                        help="the packet's diagnostics.resume as JSON: also run the resume "
+                        "probe against <config>.resume.json")
     p_diag.add_argument("--wall-s", type=float, default=600.0)
     p_diag.add_argument("train_args", nargs=argparse.REMAINDER)
 
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p_transp.add_argument("--config", required=True)
     p_transp.add_argument("--save-every", type=int, required=True)
     p_transp.add_argument("--wall-s", type=float, default=600.0, help="per run")
+    p_transp.add_argument("--observe-state", action="store_true",
+                          help="the traced runs also observe the training state")
     p_transp.add_argument("train_args", nargs=argparse.REMAINDER)
 
     p_probe = sub.add_parser("resume-probe",
@@ -82,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p_probe.add_argument("--src", type=Path, required=True)
     p_probe.add_argument("--out", type=Path, required=True)
     p_probe.add_argument("--config", required=True)
-    p_probe.add_argument("--save-every", type=int, required=True)
+    p_probe.add_argument("--spec", type=json.loads, required=True,
+                         help="the packet's diagnostics.resume, as JSON")
     p_probe.add_argument("--wall-s", type=float, default=600.0, help="per run")
     p_probe.add_argument("train_args", nargs=argparse.REMAINDER)
 
@@ -110,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             _emit(checking.check_per_rank(a.trace, a.invariants, a.out, a.wall_s))
         elif a.command == "diagnose":
             _emit(checking.diagnose(a.src, a.out, a.config, train_args, a.reference,
-                                    a.wall_s))
+                                    a.wall_s, resume_spec=a.resume_spec))
         elif a.command == "transparency":
             _emit(transparency.transparency(a.src, a.out, a.config, train_args,
-                                            save_every=a.save_every, wall_s=a.wall_s))
+                                            save_every=a.save_every, wall_s=a.wall_s,
+                                            observe_state=a.observe_state))
         elif a.command == "resume-probe":
-            _emit(resume.probe(a.src, a.out, a.config, train_args, save_every=a.save_every,
-                               wall_s=a.wall_s))
+            _emit(resume.probe(a.src, a.out, a.config, train_args, a.spec, wall_s=a.wall_s))
         elif a.command == "resume-learn":
             rules = resume.learn(a.probe / "straight" / "trace", a.probe / "resumed" / "trace")
             if a.out.exists():

@@ -174,19 +174,49 @@ def render_report(report: dict[str, Any]) -> str:
     if report.get("control_violations_seen"):
         lines.append(f"(also {report['control_violations_seen']} violation(s) that the healthy "
                      "control run shows too; not reported)")
+    resumed = report.get("resume")
+    if resumed:
+        lines += ["", f"resume probe (a checkpoint at step {resumed['save_every']}, a run "
+                  "resumed from it, compared with the straight run step by step): "
+                  f"{resumed['outcome']} in {resumed['wall_s']:.1f} s"
+                  + (f"; {resumed['n_checked']} resume rules checked, "
+                     f"{resumed['n_not_triggered']} not triggered" if "n_checked" in resumed
+                     else f"; {resumed['cause']}")]
     if run.get("output_tail") and report["outcome"].startswith("diagnostic_"):
         lines += ["", "program output (tail):", run["output_tail"]]
     return "\n".join(lines) + "\n"
 
 
+def _resume_part(src: Path, out: Path, config: str, train_args: list[str], rules: Path,
+                 spec: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """The resume probe of ``src`` checked against the frozen resume rules."""
+    from diagnostics import resume  # resume.py imports this module
+
+    probed = resume.probe(src, out, config, train_args, spec, wall_s=wall_s)
+    part: dict[str, Any] = {"outcome": probed["outcome"], "cause": probed["cause"],
+                            "wall_s": probed["wall_s"], "save_every": probed["save_every"],
+                            "violations": []}
+    if probed["outcome"] == "ok":
+        checked = resume.check(out / "straight" / "trace", out / "resumed" / "trace",
+                               read_invariants(rules))
+        part.update(violations=checked["violations"], n_checked=checked["n_checked"],
+                    n_not_triggered=checked["n_not_triggered"])
+    return part
+
+
 def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference: Path,
-             wall_s: float) -> dict[str, Any]:
+             wall_s: float, resume_spec: dict[str, Any] | None = None) -> dict[str, Any]:
     """Trace ``src`` under ``config`` in a scratch copy, check it against the frozen reference
-    invariants, and keep the violations beyond those of the healthy control."""
+    invariants, and keep the violations beyond those of the healthy control; with
+    ``resume_spec`` (the packet's ``diagnostics.resume``), also run the resume probe and
+    check it against the frozen resume rules."""
     invariants = reference / f"{config}.invariants.json"
     control_file = reference / f"{config}.control.json"
+    rules = reference / f"{config}.resume.json"
     if not invariants.exists() or not control_file.exists():
         raise ValueError(f"no frozen reference for {config} under {reference}")
+    if resume_spec is not None and not rules.exists():
+        raise ValueError(f"no frozen resume rules for {config} under {reference}")
     control_ids = set(json.loads(control_file.read_text())["violated_ids"])
     started = time.monotonic()
     run = collect_run(src, out / "run", config, train_args, traced=True, wall_s=wall_s)
@@ -204,6 +234,21 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
             report.update(outcome="violations" if new else "no_new_violations", cause="",
                           new_violations=new,
                           control_violations_seen=len(checked["violations"]) - len(new))
+            if resume_spec is not None:
+                left = max(60.0, wall_s - (time.monotonic() - started))
+                part = _resume_part(src, out / "resume", config, train_args, rules,
+                                    resume_spec, left / 2)
+                report["resume"] = part
+                # Every frozen resume rule survived the healthy policy probes: no control.
+                new += part["violations"]
+                if new:
+                    report.update(outcome="violations", new_violations=new)
+                if part["outcome"] != "ok":
+                    cause = f"resume probe: {part['cause']}"
+                    if new:  # a verdict stands; the probe's failure is said beside it
+                        report["cause"] = cause
+                    else:  # nothing found is not clean when the resume went unchecked
+                        report.update(outcome=f"resume_probe_{part['outcome']}", cause=cause)
     report["wall_s"] = round(time.monotonic() - started, 3)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -60,11 +60,18 @@ if _OBSERVE_STATE:
     from traincheck.utils import get_timestamp_ns
 
 
+_schedulers = {{}}
+
+
 def _dump_state(model, optimizer):
     with suppress_tracing():
+        if id(optimizer) not in _schedulers:  # one heap scan per optimizer, at its first step
+            from diagnostics.observe import schedulers_of
+            _schedulers[id(optimizer)] = schedulers_of(optimizer)
         for record in state_records(model, optimizer, META_VARS, pid=os.getpid(),
                                     tid=threading.current_thread().ident,
-                                    time_ns=get_timestamp_ns()):
+                                    time_ns=get_timestamp_ns(),
+                                    schedulers=_schedulers[id(optimizer)]):
             dump_trace_VAR(record)
 
 _roots = []

@@ -11,8 +11,9 @@ harness's resume pairing (``resume.py``) read them like any other variable.
 Each observation is a digest of the whole value (BLAKE2b of its bytes, for a tensor the
 rank's local shard), under a logical name that is the same on every rank and in every run:
 ``state.optim.model.<parameter>.<key>``, ``state.lr.<group>``, ``state.buffer.model.<name>``,
-``state.rng.<generator>``, ``state.param.model.<parameter>`` and ``state.grad.model.<parameter>``
-(``model.<parameter>`` is the name TrainCheck's sampler gives the same parameter).
+``state.rng.<generator>``, ``state.sched.<index>.<key>`` (a learning-rate scheduler's counters),
+``state.param.model.<parameter>`` and ``state.grad.model.<parameter>`` (``model.<parameter>``
+is the name TrainCheck's sampler gives the same parameter).
 A digest is exact: two values are equal only if every bit is.
 
 This module runs inside the traced program (torch is imported there); it draws no random
@@ -85,8 +86,27 @@ def rng_states() -> dict[str, dict[str, Any]]:
     return found
 
 
+def _plain(value: Any) -> bool:
+    """A value whose repr is the same in every run (no object address, no function)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (list, tuple)) and all(_plain(v) for v in value)
+
+
+def schedulers_of(optimizer: torch.optim.Optimizer) -> list[Any]:
+    """The learning-rate schedulers that drive ``optimizer`` (a scheduler holds its optimizer;
+    the optimizer does not know its schedulers), in creation order of the heap scan."""
+    import gc
+
+    from torch.optim.lr_scheduler import LRScheduler
+
+    return [o for o in gc.get_objects()
+            if isinstance(o, LRScheduler) and getattr(o, "optimizer", None) is optimizer]
+
+
 def state_entries(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  model_name: str = "model") -> dict[str, dict[str, Any]]:
+                  model_name: str = "model",
+                  schedulers: list[Any] | None = None) -> dict[str, dict[str, Any]]:
     """Logical name -> digest entry for the state one optimizer step leaves behind."""
     entries: dict[str, dict[str, Any]] = {}
     named = [(f"{model_name}.{name}", p) for name, p in model.named_parameters()]
@@ -108,16 +128,23 @@ def state_entries(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     entries[f"optim.{pname}.{key}"] = _tensor_entry(value)
                 elif isinstance(value, (int, float, bool)):
                     entries[f"optim.{pname}.{key}"] = _value_entry(value)
+    for index, scheduler in enumerate(schedulers or []):
+        # A scheduler's own counters (last_epoch, _step_count, base and last lrs): a resume
+        # that forgets it restarts its schedule while the optimizer's lr looks right.
+        for key, value in sorted(scheduler.state_dict().items()):
+            if _plain(value):
+                entries[f"sched.{index}.{key}"] = _value_entry(value)
     entries.update(rng_states())
     return dict(sorted(entries.items()))
 
 
 def state_records(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   meta_vars: dict[str, Any], *, pid: int, tid: int | None,
-                  time_ns: int) -> list[dict[str, Any]]:
+                  time_ns: int, schedulers: list[Any] | None = None) -> list[dict[str, Any]]:
     """The VAR trace records of one observation, in TrainCheck 0.2.0's record format."""
     return [{"var_name": f"{STATE_PREFIX}.{name}",
              "var_type": f"{VAR_TYPE}.{name.split('.', 1)[0]}",
              "process_id": pid, "thread_id": tid, "meta_vars": dict(meta_vars),
              "type": "state_change", "attributes": entry, "time": time_ns}
-            for name, entry in state_entries(model, optimizer).items()]
+            for name, entry in state_entries(model, optimizer,
+                                             schedulers=schedulers).items()]

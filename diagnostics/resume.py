@@ -5,8 +5,9 @@ the training state (an optimizer's moments, a rank's random generator, the sched
 nothing it can see: the resumed run is healthy on its own. This module adds the missing
 cross-run relation over TrainCheck traces, learned like TrainCheck's own, from healthy runs:
 
-- **probe**: a straight traced run of N steps that writes a checkpoint every k steps, then a
-  traced run resumed from its step-k checkpoint to N, same arguments otherwise. Both observe
+- **probe**: a straight traced run of N steps that writes a checkpoint at step k, then a
+  traced run resumed from that checkpoint to N, same arguments otherwise (how a task's
+  ``train.py`` saves and resumes is the packet's ``diagnostics.resume``). Both observe
   the training state (``observe.py``) and number their steps alike (the resumed run starts
   at k), so step s means the same optimizer step in both.
 - **observations**: every VAR record attribute of both traces, keyed by rank, variable name,
@@ -32,7 +33,7 @@ from typing import Any
 from diagnostics.checking import invariant_id
 from diagnostics.collect import run as collect_run
 from diagnostics.traces import record_rank, records, trace_files
-from diagnostics.train_args import checkpoints, option_value
+from diagnostics.train_args import option_value
 
 RELATION = "ResumePreservation"
 
@@ -109,10 +110,27 @@ def check(straight: Path, resumed: Path, rules: Iterable[dict[str, Any]]) -> dic
             "n_failed": len(violations), "n_not_triggered": not_triggered}
 
 
-def probe(src: Path, out: Path, config: str, train_args: list[str], *, save_every: int,
+def _expand(word: str, values: dict[str, str]) -> str:
+    # Plain replacement, not str.format: a task's argument may hold braces of its own.
+    for name, value in values.items():
+        word = word.replace("{" + name + "}", value)
+    return word
+
+
+def probe(src: Path, out: Path, config: str, train_args: list[str], spec: dict[str, Any], *,
           wall_s: float) -> dict[str, Any]:
-    """The straight run and its resume from the step-``save_every`` checkpoint, both traced
-    with state observation; returns (and writes) ``out/probe.json``."""
+    """The straight run and its resume from the step-k checkpoint, both traced with state
+    observation; returns (and writes) ``out/probe.json``.
+
+    ``spec`` is the packet's ``diagnostics.resume`` (``save_every``, ``save_args``,
+    ``resume_args``, ``checkpoint``; see ``grading.packet.ResumeProbeSpec``)."""
+    words = {key: spec.get(key) for key in ("save_args", "resume_args")}
+    if not isinstance(spec.get("save_every"), int) or not isinstance(spec.get("checkpoint"), str) \
+            or not all(isinstance(v, list) and v and all(isinstance(w, str) for w in v)
+                       for v in words.values()):
+        raise ValueError("the resume spec needs save_every (an integer), save_args and "
+                         "resume_args (lists of strings) and checkpoint (a string)")
+    save_every = spec["save_every"]
     steps_text = option_value(train_args, "--steps")
     if steps_text is None:
         raise ValueError("the training arguments need --steps")
@@ -120,29 +138,31 @@ def probe(src: Path, out: Path, config: str, train_args: list[str], *, save_ever
     if save_every < 1 or steps <= save_every:
         raise ValueError(f"--steps {steps} must exceed the checkpoint step {save_every}: the "
                          "resumed run needs a step to take")
-    for word in ("--ckpt", "--resume", "--save-every", "--out"):
-        if option_value(train_args, word) is not None:
-            raise ValueError(f"{word} is set by the resume probe, not by the caller")
+    if option_value(train_args, "--out") is not None:
+        raise ValueError("--out is set by the runner, not by the caller")
     if out.exists():
         raise FileExistsError(f"output folder {out} exists; every probe needs a fresh one")
     out.mkdir(parents=True)
     started = time.monotonic()
-    ckpt = out / "ckpt"
+    values = {"k": str(save_every), "ckpt": str(out / "ckpt"),
+              "out": str(out / "straight" / "train")}  # collect.run's --out for that run
     straight = collect_run(src, out / "straight", config,
-                           [*train_args, "--ckpt", str(ckpt), "--save-every", str(save_every)],
+                           [*train_args, *(_expand(w, values) for w in spec["save_args"])],
                            traced=True, wall_s=wall_s, observe_state=True)
+    checkpoint = Path(_expand(str(spec["checkpoint"]), values))
     result: dict[str, Any] = {"config": config, "save_every": save_every, "steps": steps,
-                              "straight": straight, "resumed": None}
-    found = checkpoints(ckpt)
+                              "checkpoint": str(checkpoint), "straight": straight,
+                              "resumed": None}
     if straight["outcome"] != "ok":
         result.update(outcome=straight["outcome"], cause=f"straight run: {straight['cause']}")
-    elif save_every not in found:
+    elif not checkpoint.exists():
         result.update(outcome="no_checkpoint",
-                      cause=f"the straight run left no step-{save_every} checkpoint in {ckpt} "
-                            f"(found steps {sorted(found)})")
+                      cause=f"the straight run left no step-{save_every} checkpoint at "
+                            f"{checkpoint}")
     else:
+        values["checkpoint"] = str(checkpoint)
         resumed = collect_run(src, out / "resumed", config,
-                              [*train_args, "--resume", str(found[save_every])],
+                              [*train_args, *(_expand(w, values) for w in spec["resume_args"])],
                               traced=True, wall_s=wall_s, observe_state=True,
                               first_step=save_every)
         result["resumed"] = resumed

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grading.yamlfile import load_model
 
@@ -17,6 +17,23 @@ ConfigurationName = Literal["cpu-1", "gloo-ddp-2", "gloo-fsdp-2", "cuda-ddp-2", 
 
 # Configurations that need GPUs; everything else runs on a CPU-only machine.
 CUDA_CONFIGURATIONS: frozenset[str] = frozenset({"cuda-ddp-2", "cuda-fsdp-2"})
+
+
+class ResumeProbeSpec(BaseModel):
+    """How a diagnostic run checkpoints and resumes, for the resume probe (a straight run that
+    writes a checkpoint at step ``save_every``, and a run resumed from it).
+
+    In each word, ``{k}`` is the checkpoint step, ``{ckpt}`` a fresh folder for checkpoints
+    and ``{out}`` the straight run's ``--out`` folder; ``checkpoint`` names the step-k
+    checkpoint the straight run leaves, and ``{checkpoint}`` in ``resume_args`` stands for it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    save_every: int = Field(ge=1)
+    save_args: list[str] = Field(min_length=1)
+    resume_args: list[str] = Field(min_length=1)
+    checkpoint: str = Field(min_length=1)
 
 
 class DiagnosticsSpec(BaseModel):
@@ -35,6 +52,16 @@ class DiagnosticsSpec(BaseModel):
     # The flags that switch the requested feature on; the baseline does not accept them.
     feature_args: list[str] = Field(default_factory=list)
     wall_s: float = Field(default=300.0, gt=0)
+    # How the resume probe checkpoints and resumes this task's runs; none: no resume probe.
+    resume: ResumeProbeSpec | None = None
+
+    @model_validator(mode="after")
+    def _resume_leaves_a_step(self) -> DiagnosticsSpec:
+        if self.resume is not None and self.resume.save_every >= self.steps:
+            raise ValueError(f"diagnostics.resume.save_every ({self.resume.save_every}) must be "
+                             f"below diagnostics.steps ({self.steps}): the resumed run needs a "
+                             "step to take")
+        return self
 
     def train_args(self, *, feature: bool, seed: int | None = None) -> list[str]:
         return ["--steps", str(self.steps), "--seed", str(self.seed if seed is None else seed),

@@ -73,6 +73,9 @@ class FrozenConfigFiles(BaseModel):
     invariants_sha256: str  # of the uncompressed JSON lines the runner reads
     control: bytes
     control_sha256: str
+    # The resume rules (JSON lines, uploaded as they are), where the reference has them.
+    resume_rules: bytes | None = None
+    resume_rules_sha256: str | None = None
     # The invariants by id (diagnostics.checking.invariant_id), to explain a violated rule.
     by_id: dict[str, dict[str, Any]] = Field(default_factory=dict, repr=False)
 
@@ -84,10 +87,21 @@ class FrozenConfigFiles(BaseModel):
     def control_name(self) -> str:
         return f"{self.config}.control.json"
 
+    @property
+    def resume_name(self) -> str:
+        return f"{self.config}.resume.json"
+
+    def plain_files(self) -> list[tuple[str, bytes, str]]:
+        """(name, bytes, sha256) of the files uploaded as they are frozen."""
+        files = [(self.control_name, self.control, self.control_sha256)]
+        if self.resume_rules is not None and self.resume_rules_sha256 is not None:
+            files.append((self.resume_name, self.resume_rules, self.resume_rules_sha256))
+        return files
+
     def checked_files(self) -> list[tuple[str, str]]:
         """(sha256, name) of what the runner reads, for ``sha256sum --check``."""
         return [(self.invariants_sha256, self.invariants_name),
-                (self.control_sha256, self.control_name)]
+                *((sha, name) for name, _, sha in self.plain_files())]
 
 
 class DiagnosticCost(BaseModel):
@@ -97,6 +111,7 @@ class DiagnosticCost(BaseModel):
     run_s: float = 0.0  # the whole diagnose exec
     collect_s: float = 0.0  # the traced run, as the runner measured it
     check_s: float = 0.0  # traincheck-check, as the runner measured it
+    resume_s: float = 0.0  # the resume probe and its check, as the runner measured them
 
     @property
     def total_s(self) -> float:
@@ -112,6 +127,8 @@ class DiagnosticReport(BaseModel):
     control_violations_seen: int = 0
     n_checked: int | None = None
     n_not_triggered: int | None = None
+    # The resume probe's part, where the reference has resume rules: its outcome and counts.
+    resume: dict[str, Any] | None = None
     output_tail: str = ""
     has_report: bool = False  # the runner wrote report.md (not when it never answered)
 
@@ -151,13 +168,15 @@ class TraincheckTool:
                                f"build it with `harness traincheck reference --task {task}`")
         frozen: dict[str, FrozenConfigFiles] = {}
         for config in offered:
-            _, loaded = load_frozen(files, config)  # checks both files against the manifest
+            _, loaded = load_frozen(files, config)  # checks the files against the manifest
             entry = manifest.configs[config]
             frozen[config] = FrozenConfigFiles(
                 config=config, invariants_gz=loaded.invariants_gz,
                 invariants_gz_sha256=entry.invariants_sha256,
                 invariants_sha256=hashlib.sha256(loaded.invariants).hexdigest(),
                 control=loaded.control, control_sha256=entry.control_sha256,
+                resume_rules=loaded.resume_rules,
+                resume_rules_sha256=entry.resume.rules_sha256 if entry.resume else None,
                 by_id={invariant_id(inv): inv for inv in
                        map(json.loads, loaded.invariants.decode().splitlines())})
         stale = []
@@ -166,6 +185,9 @@ class TraincheckTool:
         if (manifest.train_args != spec.train_args(feature=False)
                 or manifest.feature_args != spec.feature_args):
             stale.append("the packet's diagnostics arguments")
+        if any(entry.resume is not None and entry.resume.spec != spec.resume
+               for entry in manifest.configs.values()):
+            stale.append("the packet's diagnostics.resume")
         if stale:
             raise HarnessError(f"the frozen TrainCheck reference of {task} was built for other "
                                f"inputs: {' and '.join(stale)} changed since",
@@ -213,8 +235,9 @@ class TraincheckTool:
         if self._sh(runner, _VERIFY, REFERENCE_DIR, *checks)[0]:
             return False
         gz_name = frozen.invariants_name + ".gz"
-        for name, data in ((gz_name, frozen.invariants_gz), (frozen.control_name,
-                                                             frozen.control)):
+        uploads = [(gz_name, frozen.invariants_gz),
+                   *((name, data) for name, data, _ in frozen.plain_files())]
+        for name, data in uploads:
             text = base64.b64encode(data).decode()
             for i in range(0, max(len(text), 1), CHUNK_CHARS):
                 ok, out = self._sh(runner, _WRITE if i == 0 else _APPEND, REFERENCE_DIR, name,
@@ -224,7 +247,8 @@ class TraincheckTool:
                                     f"{REFERENCE_DIR}: {out[-300:]}")
         # Checked against the manifest as frozen, then the unpacked file the runner reads.
         ok, out = self._sh(runner, _VERIFY, REFERENCE_DIR, frozen.invariants_gz_sha256, gz_name,
-                           frozen.control_sha256, frozen.control_name)
+                           *(word for name, _, sha in frozen.plain_files()
+                             for word in (sha, name)))
         if ok:
             ok, out = self._sh(runner, _UNPACK, REFERENCE_DIR, gz_name, frozen.invariants_name)
         if ok:
@@ -241,7 +265,10 @@ class TraincheckTool:
         report_path = f"{out_dir}/report.md"
         command = ["python", "-I", "-m", "diagnostics", "diagnose", "--src", "/workspace",
                    "--out", out_dir, "--config", frozen.config, "--reference", REFERENCE_DIR,
-                   "--wall-s", f"{wall_s:.0f}", "--", *self.spec.train_args(feature=True)]
+                   "--wall-s", f"{wall_s:.0f}"]
+        if frozen.resume_rules is not None and self.spec.resume is not None:
+            command += ["--resume-spec", self.spec.resume.model_dump_json()]
+        command += ["--", *self.spec.train_args(feature=True)]
         artifact = runner.artifact_path(f"traincheck-{frozen.config}")
         timeout = runner.ledger.bounded_timeout(wall_s + EXEC_MARGIN_S)
         # Not cut by the session's artifact allowance (the report is read from this output),
@@ -261,6 +288,7 @@ class TraincheckTool:
             report = _parse_report(raw, result.exit_code)
         cost.collect_s = float((raw.get("run") or {}).get("wall_s") or 0.0)
         cost.check_s = float((raw.get("check") or {}).get("wall_s") or 0.0)
+        cost.resume_s = float((raw.get("resume") or {}).get("wall_s") or 0.0)
         if "run" in raw and "outcome" in raw:
             # The full report on the host too, beside the runner's JSON in the artifact.
             runner.artifact_path(f"traincheck-{frozen.config}-report").with_suffix(".md") \
@@ -276,6 +304,8 @@ class TraincheckTool:
             "n_checked": report.n_checked, "n_not_triggered": report.n_not_triggered,
             "report": report_path, "diagnostics_s": cost.total_s, "upload_s": cost.upload_s,
             "run_s": cost.run_s, "collect_s": cost.collect_s, "check_s": cost.check_s,
+            "resume_s": cost.resume_s, "resume": report.resume,
+            "reference_resume_sha256": frozen.resume_rules_sha256,
             "wall_limit_s": round(wall_s, 1), "reference_uploaded": uploaded,
             "reference_invariants_sha256": frozen.invariants_gz_sha256,
             "reference_control_sha256": frozen.control_sha256,
@@ -312,6 +342,9 @@ def _parse_report(raw: dict[str, Any], exit_code: int | None) -> DiagnosticRepor
         new_violations=[Violation.model_validate(v) for v in raw.get("new_violations", [])],
         control_violations_seen=raw.get("control_violations_seen", 0),
         n_checked=check.get("n_checked"), n_not_triggered=check.get("n_not_triggered"),
+        resume=({k: raw["resume"].get(k) for k in ("outcome", "cause", "wall_s", "save_every",
+                                                   "n_checked", "n_not_triggered")}
+                if isinstance(raw.get("resume"), dict) else None),
         output_tail=(raw.get("run") or {}).get("output_tail", ""), has_report=True)
 
 
@@ -352,6 +385,15 @@ _NO_VERDICT = {
     "checker_crash": "the traced run finished, but TrainCheck's checker CRASHED",
     "checker_hang": "the traced run finished, but TrainCheck's checker HUNG and was killed",
     "diagnostic_timeout": "the diagnostic (traced run and check) ran out of time and was killed",
+    "resume_probe_crash": "the traced run showed no new violation, but the resume probe's run "
+                          "of your code CRASHED",
+    "resume_probe_hang": "the traced run showed no new violation, but the resume probe's run of "
+                         "your code HUNG and was killed",
+    "resume_probe_missing_rank_trace": "the traced run showed no new violation, but the resume "
+                                       "probe's run left no trace for every rank",
+    "resume_probe_no_checkpoint": "the traced run showed no new violation, but the resume "
+                                  "probe's run of your code left no checkpoint at the step it "
+                                  "was asked to save",
     "runner_error": "the diagnostic runner could not start the run",
 }
 
@@ -359,9 +401,17 @@ _NO_VERDICT = {
 def _traced_run_line(config: str, spec: DiagnosticsSpec) -> str:
     """What the traced run was, so the answer says how it differs from the task's own runs."""
     args = " ".join(spec.train_args(feature=True))
+    if spec.resume is None:
+        return (f"Traced run: `train.py --config {config} {args}`: {spec.steps} optimizer "
+                "step(s), shorter than the task's full runs, so what shows only later in "
+                "training (or in checkpoint, resume and export paths this run does not take) "
+                "is not seen.")
     return (f"Traced run: `train.py --config {config} {args}`: {spec.steps} optimizer step(s), "
             "shorter than the task's full runs, so what shows only later in training (or in "
-            "checkpoint, resume and export paths this run does not take) is not seen.")
+            "export paths this run does not take) is not seen. Resume probe: the same run "
+            f"with a checkpoint at step {spec.resume.save_every}, and a run resumed from it, "
+            "compared with it step by step (rules ResumePreservation: a value the healthy "
+            "code's resume preserves).")
 
 
 def render_for_model(config: str, report: DiagnosticReport, report_path: str,
@@ -387,8 +437,10 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
                      "healthy runs of the unmodified code.")
     else:
         what = _NO_VERDICT.get(report.outcome, f"outcome {report.outcome}")
-        lines.append(f"TrainCheck on {config}: {what}, so nothing was checked: there is no "
-                     "verdict, and this is not a clean result.")
+        unchecked = ("its resume rules were not checked" if report.outcome.startswith(
+            "resume_probe_") else "nothing was checked")
+        lines.append(f"TrainCheck on {config}: {what}, so {unchecked}: there is no verdict, "
+                     "and this is not a clean result.")
         lines.append(f"Cause: {report.cause or 'unknown'}")
         if report.output_tail and report.outcome.startswith("diagnostic_"):
             tail = _ANSI.sub("", report.output_tail)[-OUTPUT_TAIL_CHARS:].strip("\n")
@@ -402,6 +454,14 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
         if report.n_checked is not None and report.n_not_triggered is not None:
             extra.append(f"{report.n_checked} invariants checked, {report.n_not_triggered} of "
                          "them not triggered by this run")
+        resumed = report.resume or {}
+        if resumed.get("outcome") == "ok" and isinstance(resumed.get("n_checked"), int) \
+                and isinstance(resumed.get("n_not_triggered"), int):
+            extra.append(f"{resumed['n_checked']} resume rules checked, "
+                         f"{resumed['n_not_triggered']} of them not triggered")
+        elif resumed:
+            extra.append(f"the resume probe did not finish ({str(resumed.get('outcome'))[:40]}: "
+                         f"{str(resumed.get('cause'))[:300]}), so its rules were not checked")
         if extra:
             lines.append("(" + "; ".join(extra) + ".)")
     if report.outcome in ("violations", "no_new_violations"):
@@ -413,6 +473,8 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
         parts.append(f"traced run {cost.collect_s:.1f} s")
     if cost.check_s:
         parts.append(f"check {cost.check_s:.1f} s")
+    if cost.resume_s:
+        parts.append(f"resume probe {cost.resume_s:.1f} s")
     lines.append(f"Cost: {cost.total_s:.1f} s of diagnostic compute ({', '.join(parts)}), "
                  "counted against your time budget.")
     return "\n".join(lines)

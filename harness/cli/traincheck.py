@@ -15,6 +15,7 @@ from harness.cli.common import (
     console,
     log,
 )
+from harness.errors import HarnessError
 
 app = typer.Typer(no_args_is_help=True,
                   help="TrainCheck's diagnostic capability on a task: the frozen reference, "
@@ -28,17 +29,23 @@ ConfigOption = Annotated[list[str] | None, typer.Option(
 @app.command("reference")
 @clear_errors
 def traincheck_reference(task: TaskOption,
-                         config: ConfigOption = None) -> None:
-    """Learn and freeze the reference invariants (once per study build)."""
+                         config: ConfigOption = None,
+                         resume_only: Annotated[bool, typer.Option(
+                             help="add the resume rules to the frozen invariants, keeping "
+                             "them as they are")] = False) -> None:
+    """Learn and freeze the reference invariants and resume rules (once per study build)."""
     from harness.traincheck.reference import build_reference
     from harness.traincheck.track import cpu_configs
     from harness.traincheck.variants import task_files
 
-    manifest = build_reference(task_files(task), cpu_configs(config), log=log)
+    manifest = build_reference(task_files(task), cpu_configs(config), resume_only=resume_only,
+                               log=log)
     for name, entry in manifest.configs.items():
+        resume = (f"  resume rules kept {entry.resume.n_kept} of {entry.resume.n_learned}"
+                  if entry.resume is not None else "")
         console.print(f"{name:<12} learned {entry.n_learned:>5}  dropped {entry.n_dropped:>4}  "
                       f"kept {entry.n_kept:>5}  violated by healthy runs "
-                      f"{len(entry.control_violations)}")
+                      f"{len(entry.control_violations)}{resume}")
 
 
 @app.command("transparency")
@@ -107,14 +114,29 @@ def calibrate(task: TaskOption,
               config: ConfigOption = None,
               rejudge: Annotated[bool, typer.Option(
                   help="re-derive the verdicts of the committed calibration, run nothing")]
-              = False) -> None:
+              = False,
+              resume_only: Annotated[bool, typer.Option(
+                  help="add the resume probe to the committed calibration's rows (after "
+                  "`harness traincheck reference --resume-only`)")] = False) -> None:
     """Calibration: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
-    from harness.traincheck.track import cpu_configs, rejudge_calibration, run_calibration
+    from harness.traincheck.track import (
+        add_resume_to_calibration,
+        cpu_configs,
+        rejudge_calibration,
+        run_calibration,
+    )
     from harness.traincheck.variants import task_files
 
+    if rejudge and resume_only:
+        raise HarnessError("--rejudge runs nothing and --resume-only runs the resume probes",
+                           "choose one of them")
     files = task_files(task)
-    report = (rejudge_calibration(files) if rejudge
-              else run_calibration(files, cpu_configs(config), log=log))
+    if rejudge:
+        report = rejudge_calibration(files)
+    elif resume_only:
+        report = add_resume_to_calibration(files, cpu_configs(config), log=log)
+    else:
+        report = run_calibration(files, cpu_configs(config), log=log)
     log(f"wrote {files.reports / 'calibration.md'} and .json")
     s = report.summary
     console.print(f"faults detected {s.faults_detected}/{s.faults_confirmed}; false alarms "

@@ -35,9 +35,12 @@ from harness.paths import REPO_ROOT
 from harness.records.tasks import FAILING, ValidationReport
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
+    ReferenceManifest,
     RunSummary,
     Violation,
     load_frozen,
+    resume_check,
+    resume_probe,
     run_summary,
     traced_run,
 )
@@ -80,13 +83,19 @@ class CalibrationRow(BaseModel):
     # For a detection on a multi-rank run: the detected rules that checking each rank's trace
     # on its own does NOT find, i.e. that need the cross-rank aggregation.
     cross_rank_only: list[str] | None = None
+    # The resume probe (straight run and its resume), where the reference has resume rules;
+    # its violations are among the row's (relation ResumePreservation).
+    resume_outcome: str | None = None
+    resume_cause: str = ""
+    resume_s: float = 0.0
 
 
 class ConfigCalibration(BaseModel):
     config: str
     plain_s: float
     rows: list[CalibrationRow]
-    # One diagnostic run (collect + check) of the healthy baseline over the plain run.
+    # One diagnostic answer of the healthy baseline (collect + check, and the resume probe
+    # where there is one) over the plain run.
     cost_ratio: float
 
 
@@ -143,6 +152,14 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
     _, frozen = load_frozen(files, config)
     box.sandbox.put_file("/workspace", f"reference/{config}.invariants.json", frozen.invariants)
     invariants = f"/workspace/reference/{config}.invariants.json"
+    resume_rules = None
+    if frozen.resume_rules is not None:
+        if spec.resume is None:
+            raise HarnessError(f"{config}: the reference has resume rules but the packet "
+                               "declares no diagnostics.resume", "rebuild the reference")
+        box.sandbox.put_file("/workspace", f"reference/{config}.resume.json",
+                             frozen.resume_rules)
+        resume_rules = f"/workspace/reference/{config}.resume.json"
     control_ids = set(json.loads(frozen.control)["violated_ids"])
 
     plain = traced_run(box, trees["baseline"], f"{RUNS}/{config}-plain", config,
@@ -182,6 +199,17 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             log(f"{config} {variant.name}: checker {result['outcome']}")
             continue
         found = _violations(result)
+        if resume_rules is not None:
+            assert spec.resume is not None
+            probed = resume_probe(box, trees[variant.name], f"{RUNS}/{config}-{name}-resume",
+                                  config, spec.train_args(feature=variant.feature,
+                                                          seed=run_seed),
+                                  spec.resume, spec.wall_s)
+            row.update(resume_outcome=probed["outcome"], resume_cause=probed["cause"],
+                       resume_s=probed["wall_s"])
+            if probed["outcome"] == "ok":
+                found += _violations(resume_check(box, f"{RUNS}/{config}-{name}-resume",
+                                                  resume_rules))
         beyond_control = [v for v in found if v.id not in control_ids]
         if variant.kind == "fault":
             beyond_matching = _beyond(beyond_control, healthy)
@@ -191,6 +219,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
                 healthy |= {v.id for v in beyond_control}
             beyond_matching = beyond_control
             verdict = "false_alarm" if beyond_control else "clean"
+        verdict = _with_probe_failure(verdict, row.get("resume_outcome"))
         if verdict == "detected" and len(record.get("ranks") or {}) > 1:
             alone = box.call(["check-per-rank", "--trace", record["trace_dir"], "--invariants",
                               invariants, "--out", f"{RUNS}/{config}-{name}-per-rank"],
@@ -204,13 +233,23 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             f"{len(beyond_matching)} beyond control/healthy runs; collect "
             f"{record['wall_s']:.0f} s, check {result['wall_s']:.0f} s)")
     baseline = next(r for r in rows if r.variant == "baseline")
-    ratio = (baseline.collect_s + baseline.check_s) / plain["wall_s"]
+    ratio = (baseline.collect_s + baseline.check_s + baseline.resume_s) / plain["wall_s"]
     return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
                              cost_ratio=round(ratio, 2))
 
 
 def _beyond(violations: list[Violation], healthy: set[str]) -> list[Violation]:
     return [v for v in violations if v.id not in healthy]
+
+
+def _with_probe_failure(verdict: Verdict, resume_outcome: str | None) -> Verdict:
+    """A resume probe whose program crashed or hung is that outcome, unless the row's
+    violations already decided it (a detection or a false alarm stands)."""
+    if resume_outcome in (None, "ok") or verdict not in ("not_detected", "clean"):
+        return verdict
+    return ("program_hang" if resume_outcome == "hang" else
+            "program_crash" if resume_outcome in ("crash", "no_checkpoint") else
+            "diagnostic_failure")
 
 
 def judge(cal: ConfigCalibration) -> ConfigCalibration:
@@ -225,7 +264,8 @@ def judge(cal: ConfigCalibration) -> ConfigCalibration:
         if row.kind != "fault" or row.check_outcome != "ok":
             continue
         row.beyond_matching = _beyond(row.beyond_control, healthy.get(row.seed, set()))
-        row.verdict = "detected" if row.beyond_matching else "not_detected"
+        row.verdict = _with_probe_failure(
+            "detected" if row.beyond_matching else "not_detected", row.resume_outcome)
         if row.cross_rank_only is not None:
             kept = {f"{v.rule} [{v.relation}]" for v in row.beyond_matching}
             row.cross_rank_only = ([r for r in row.cross_rank_only if r in kept]
@@ -317,6 +357,90 @@ def calibrate(files: TaskFiles, configs: list[str], *, command: str,
         summary=summarise(results, unsupported or []))
 
 
+def add_resume(files: TaskFiles, configs: list[str], *, command: str,
+               client: docker.DockerClient | None = None,
+               log: Callable[[str], None] = print) -> CalibrationReport:
+    """Add the resume probe to a calibration made before the configurations' resume rules
+    were frozen (``harness traincheck reference --resume-only``).
+
+    Every row whose traced run was checked is probed at its seed and checked against the
+    rules, and the verdicts are derived again. The TrainCheck part stays as measured: that
+    holds only because the invariants and control sets are byte for byte the ones it was
+    measured against, which the manifest records (``extends_sha256``) and this checks."""
+    spec = files.packet.spec.diagnostics
+    assert spec is not None
+    if spec.resume is None:
+        raise HarnessError(f"the packet of {files.task} declares no diagnostics.resume",
+                           "declare how its runs checkpoint and resume in packet.yaml")
+    path = files.reports / "calibration.json"
+    manifest_path = files.reports / "reference" / "manifest.json"
+    if not path.exists() or not manifest_path.exists():
+        raise HarnessError(f"{files.task} has no calibration and frozen reference to extend",
+                           f"run `harness calibrate --task {files.task}`")
+    report = CalibrationReport.model_validate_json(path.read_text())
+    manifest = ReferenceManifest.model_validate_json(manifest_path.read_text())
+    if manifest.extends_sha256 is None or \
+            report.reference_manifest_sha256 != manifest.extends_sha256:
+        raise HarnessError(f"the calibration of {files.task} was not made against the manifest "
+                           "its resume rules extend",
+                           f"run the whole calibration: `harness calibrate --task {files.task}`")
+    for config in configs:
+        cal = report.configs.get(config)
+        if cal is None or manifest.configs[config].resume is None:
+            raise HarnessError(f"{config} has no calibration rows or no resume rules",
+                               f"build them: `harness traincheck reference --task "
+                               f"{files.task} --config {config} --resume-only`")
+        if any(row.resume_outcome is not None for row in cal.rows):
+            raise HarnessError(f"{config}'s calibration rows already have resume probes",
+                               f"run the whole calibration: `harness calibrate --task "
+                               f"{files.task}`")
+    client = client or images.docker_client()
+    with tempfile.TemporaryDirectory(prefix="harness-calibrate-") as tmp:
+        variants = {v.name: v for v in build_variants(files, Path(tmp), faults=True)}
+        for config in configs:
+            _, frozen = load_frozen(files, config)
+            assert frozen.resume_rules is not None
+            cal = report.configs[config]
+            with DiagnosticsBox(client, f"{files.task}-{config}-cal-resume") as box:
+                box.sandbox.put_file("/workspace", f"reference/{config}.resume.json",
+                                     frozen.resume_rules)
+                rules = f"/workspace/reference/{config}.resume.json"
+                trees: dict[str, str] = {}
+                for row in cal.rows:
+                    if row.run.outcome != "ok" or row.check_outcome != "ok":
+                        continue  # no verdict from the traced run: nothing to add to
+                    variant = variants[row.variant]
+                    name = variant.name.replace(":", "-")
+                    if name not in trees:
+                        trees[name] = box.put_tree(name, variant.tree)
+                    out = f"{RUNS}/{config}-{name}-s{row.seed}-resume"
+                    probed = resume_probe(box, trees[name], out, config,
+                                          spec.train_args(feature=variant.feature,
+                                                          seed=row.seed),
+                                          spec.resume, spec.wall_s)
+                    row.resume_outcome, row.resume_cause = probed["outcome"], probed["cause"]
+                    row.resume_s = probed["wall_s"]
+                    if probed["outcome"] == "ok":
+                        found = _violations(resume_check(box, out, rules))
+                        row.violations_total += len(found)
+                        row.beyond_control += found  # every frozen resume rule passed the policy
+                    log(f"{config} {row.variant} seed {row.seed}: resume probe "
+                        f"{probed['outcome']}, {len(row.beyond_control)} beyond control")
+            for row in cal.rows:
+                if row.kind != "fault" and row.check_outcome == "ok":
+                    row.beyond_matching = row.beyond_control
+                    row.verdict = _with_probe_failure(
+                        "false_alarm" if row.beyond_control else "clean", row.resume_outcome)
+            judge(cal)
+            baseline = next(r for r in cal.rows if r.variant == "baseline")
+            cal.cost_ratio = round((baseline.collect_s + baseline.check_s + baseline.resume_s)
+                                   / cal.plain_s, 2)
+    report.reference_manifest_sha256 = file_sha256(manifest_path)
+    report.command = f"{report.command}; {command}"
+    report.summary = summarise(report.configs, report.summary.unsupported_contracts)
+    return report
+
+
 def _seeds(report: CalibrationReport) -> str:
     seeds = sorted({r.seed for c in report.configs.values() for r in c.rows if r.kind != "fault"})
     return " and ".join(str(s) for s in seeds)
@@ -347,12 +471,15 @@ def render_markdown(report: CalibrationReport) -> str:
              "same logical parameter on different ranks at overlapping lifetimes. For each "
              "detection on a two-rank run the table also says which rules a check of each "
              "rank's trace on its own would miss.",
-             "", "## Cost of one diagnostic run (collect + check) vs the plain run", "",
-             "| configuration | plain s | collect s | check s | ratio |", "|---|---|---|---|---|"]
+             "", "## Cost of one diagnostic answer (collect + check + resume probe) vs the plain "
+             "run", "",
+             "| configuration | plain s | collect s | check s | resume probe s | ratio |",
+             "|---|---|---|---|---|---|"]
     for name, cal in report.configs.items():
         healthy = next(r for r in cal.rows if r.variant == "baseline")
+        probe = f"{healthy.resume_s:.1f}" if healthy.resume_outcome is not None else "-"
         lines.append(f"| {name} | {cal.plain_s:.1f} | {healthy.collect_s:.1f} | "
-                     f"{healthy.check_s:.1f} | {cal.cost_ratio:.1f}x |")
+                     f"{healthy.check_s:.1f} | {probe} | {cal.cost_ratio:.1f}x |")
     for name, cal in report.configs.items():
         lines += ["", f"## {name}", "",
                   "| variant | seed | oracle (grader) | TrainCheck verdict | violations (total / "
@@ -370,6 +497,9 @@ def render_markdown(report: CalibrationReport) -> str:
                                       f"{v.ranks})" for v in row.beyond_matching}))[:400]
             if row.run.outcome != "ok":
                 rules = f"run {row.run.outcome}: {row.run.cause}"[:400]
+            elif row.resume_outcome not in (None, "ok"):
+                rules = (f"{rules}; " if rules else "") + (
+                    f"resume probe {row.resume_outcome}: {row.resume_cause}")[:400]
             if row.cross_rank_only is not None:
                 rules += (" — found only by the cross-rank check (each rank's trace checked on "
                           f"its own misses it): {'; '.join(row.cross_rank_only) or 'none'}")

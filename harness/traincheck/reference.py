@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 
 from diagnostics.checking import invariant_id  # the id the container computes too
 from grading.hashing import file_sha256, reference_tree_sha256
+from grading.packet import DiagnosticsSpec, ResumeProbeSpec
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.paths import REPO_ROOT
@@ -98,6 +99,38 @@ class PolicyRun(BaseModel):
     check_s: float
 
 
+class ProbeSummary(BaseModel):
+    """One resume probe (a straight traced run and its resume), as the runner reported it."""
+
+    variant: str
+    config: str
+    seed: int
+    outcome: str
+    cause: str = ""
+    wall_s: float
+
+
+class ResumePolicyProbe(BaseModel):
+    role: PolicyRole
+    probe: ProbeSummary
+    violated_ids: list[str]
+
+
+class FrozenResume(BaseModel):
+    """The resume rules of one configuration (``diagnostics/resume.py``), frozen like the
+    invariants: learned from a healthy baseline probe at the packet's seed, minus every rule a
+    policy probe violated."""
+
+    rules_file: str
+    rules_sha256: str
+    spec: ResumeProbeSpec  # the packet's diagnostics.resume the probes ran with
+    n_learned: int
+    n_dropped: int
+    n_kept: int
+    learn_probe: ProbeSummary
+    policy_probes: list[ResumePolicyProbe]
+
+
 class FrozenConfig(BaseModel):
     config: str
     invariants_file: str
@@ -118,6 +151,8 @@ class FrozenConfig(BaseModel):
     control_run: RunSummary | None = None
     applicability_run: RunSummary | None = None
     check_s: list[float] = Field(default_factory=list)
+    # The resume rules, where the packet declares how its runs checkpoint and resume.
+    resume: FrozenResume | None = None
 
     def runs(self) -> list[RunSummary]:
         """Every traced run the build made for this configuration."""
@@ -141,6 +176,12 @@ class ReferenceManifest(BaseModel):
     diagnostics_sha256: str
     policy: str
     configs: dict[str, FrozenConfig]
+    # The runner the resume rules were built with (added later, with ``resume_only``, it may
+    # differ from the one the invariants were built with).
+    resume_diagnostics_sha256: str | None = None
+    # A build that only added resume rules: the manifest it extends (its invariants are
+    # byte for byte that manifest's, so a calibration of that manifest still holds for them).
+    extends_sha256: str | None = None
 
 
 POLICY = (
@@ -153,7 +194,10 @@ POLICY = (
     "An invariant any of these runs violates is dropped before the freeze: a healthy run's "
     "violation is seed-dependent, rank-local or timing noise, and a reference run's is not "
     "expected to survive the intended modification. Everything else is kept, including "
-    "invariants the reference runs never trigger."
+    "invariants the reference runs never trigger. Where the packet declares how its runs "
+    "checkpoint and resume, the same policy applies to the resume rules (a value preserved "
+    "between a straight run and its resume from a mid checkpoint), learned from a healthy "
+    "baseline probe at the packet's seed and checked against probes at the same seeds."
 )
 
 
@@ -229,6 +273,86 @@ def apply_policy(learned: list[dict[str, Any]],
     return PolicyDecision(kept=kept, dropped=dropped)
 
 
+def _policy_plan(spec: DiagnosticsSpec) -> list[tuple[PolicyRole, int]]:
+    return [*(("healthy", spec.seed + o) for o in HEALTHY_POLICY_OFFSETS),
+            *(("reference", spec.seed + o) for o in REFERENCE_POLICY_OFFSETS)]
+
+
+def _record_dropped(dest: Path, section: str, config: str,
+                    dropped: dict[str, dict[str, Any]]) -> None:
+    """``policy.json``'s list of what the policy dropped, under ``section`` and ``config``."""
+    policy_path = dest / "policy.json"
+    policy: dict[str, Any] = (json.loads(policy_path.read_text()) if policy_path.exists()
+                              else {})
+    policy["policy"] = POLICY
+    policy.setdefault(section, {})[config] = [dropped[k] for k in sorted(dropped)]
+    policy_path.write_text(json.dumps(policy, indent=1, sort_keys=True) + "\n")
+
+
+def resume_probe(box: DiagnosticsBox, tree: str, out: str, config: str, args: list[str],
+                 spec: ResumeProbeSpec, wall_s: float) -> dict[str, Any]:
+    """A straight traced run and its resume (``python -m diagnostics resume-probe``)."""
+    return box.call(["resume-probe", "--src", tree, "--out", out, "--config", config,
+                     "--spec", spec.model_dump_json(), "--wall-s", str(wall_s), "--", *args],
+                    timeout_s=2 * wall_s + 180)
+
+
+def resume_check(box: DiagnosticsBox, probe_dir: str, rules: str) -> dict[str, Any]:
+    return box.call(["resume-check", "--probe", probe_dir, "--rules", rules], timeout_s=600)
+
+
+def probe_summary(variant: str, seed: int, record: dict[str, Any]) -> ProbeSummary:
+    return ProbeSummary(variant=variant, config=record["config"], seed=seed,
+                        outcome=record["outcome"], cause=record.get("cause", ""),
+                        wall_s=record["wall_s"])
+
+
+def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, baseline: str, reference: str,
+                 config: str, dest: Path, log: Callable[[str], None]) -> FrozenResume:
+    """Learn the resume rules from a healthy baseline probe and apply the same policy as to
+    the invariants: a rule any policy probe violates is dropped."""
+    assert spec.resume is not None
+    learn = resume_probe(box, baseline, f"{RUNS}/{config}-resume-learn", config,
+                         spec.train_args(feature=False), spec.resume, spec.wall_s)
+    _require_ok(learn, f"{config} resume learning probe")
+    learned_path = f"{RUNS}/{config}.resume-learned.json"
+    made = box.call(["resume-learn", "--probe", f"{RUNS}/{config}-resume-learn", "--out",
+                     learned_path], timeout_s=600)
+    if not made["n_rules"]:
+        raise HarnessError(f"{config}: the healthy resume probe gave no resume rule",
+                           "see the probe's traces; the state observation recorded nothing")
+    log(f"{config}: {made['n_rules']} resume rules from a probe of {learn['wall_s']:.0f} s")
+    probes: list[ResumePolicyProbe] = []
+    checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]] = []
+    for role, seed in _policy_plan(spec):
+        tree = baseline if role == "healthy" else reference
+        name = f"{config}-resume-{role}-s{seed}"
+        record = resume_probe(box, tree, f"{RUNS}/{name}", config,
+                              spec.train_args(feature=role == "reference", seed=seed),
+                              spec.resume, spec.wall_s)
+        _require_ok(record, f"{config} resume probe of the {_run_label(role, seed)}")
+        result = resume_check(box, f"{RUNS}/{name}", learned_path)
+        checks.append((role, seed, result["violations"]))
+        probes.append(ResumePolicyProbe(
+            role=role, probe=probe_summary("baseline" if role == "healthy" else "reference",
+                                           seed, record),
+            violated_ids=sorted({v["id"] for v in result["violations"]})))
+        log(f"{config}: resume probe of the {_run_label(role, seed)} violates "
+            f"{len(result['violations'])}")
+    learned = [json.loads(line) for line in box.read_bytes(learned_path).decode().splitlines()
+               if line.strip()]
+    decision = apply_policy(learned, checks)
+    rules_path = dest / f"{config}.resume.json"
+    rules_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in decision.kept))
+    _record_dropped(dest, "resume_dropped", config, decision.dropped)
+    log(f"{config}: kept {len(decision.kept)} of {len(learned)} resume rules")
+    return FrozenResume(
+        rules_file=rules_path.name, rules_sha256=file_sha256(rules_path),
+        spec=spec.resume, n_learned=len(learned),
+        n_dropped=len(decision.dropped), n_kept=len(decision.kept),
+        learn_probe=probe_summary("baseline", spec.seed, learn), policy_probes=probes)
+
+
 def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference: str,
                  config: str, dest: Path, log: Callable[[str], None]) -> FrozenConfig:
     spec = files.packet.spec.diagnostics
@@ -246,12 +370,9 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
                            f"{inferred.get('log_tail', '')[-300:]}", "see the infer log")
     log(f"{config}: {inferred['n_invariants']} invariants in {inferred['wall_s']:.0f} s")
 
-    plan: list[tuple[PolicyRole, int]] = [
-        *(("healthy", spec.seed + o) for o in HEALTHY_POLICY_OFFSETS),
-        *(("reference", spec.seed + o) for o in REFERENCE_POLICY_OFFSETS)]
     policy_runs: list[PolicyRun] = []
     checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]] = []
-    for role, seed in plan:
+    for role, seed in _policy_plan(spec):
         tree = baseline if role == "healthy" else reference
         args = spec.train_args(feature=role == "reference", seed=seed)
         name = f"{config}-{role}-s{seed}"
@@ -285,13 +406,10 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
     control_path.write_text(json.dumps(
         {"config": config, "violated_ids": sorted(healthy),
          "violations": [v.model_dump() for v in control_violations]}, indent=1) + "\n")
-    policy_path = dest / "policy.json"
-    policy: dict[str, Any] = (json.loads(policy_path.read_text()) if policy_path.exists()
-                              else {"dropped": {}})
-    policy["policy"] = POLICY
-    policy["dropped"][config] = [decision.dropped[k] for k in sorted(decision.dropped)]
-    policy_path.write_text(json.dumps(policy, indent=1, sort_keys=True) + "\n")
+    _record_dropped(dest, "dropped", config, decision.dropped)
     log(f"{config}: kept {len(kept_lines)} of {len(learned)}, dropped {len(decision.dropped)}")
+    resume = (build_resume(box, spec, baseline, reference, config, dest, log)
+              if spec.resume is not None else None)
     return FrozenConfig(
         config=config, invariants_file=inv_path.name, invariants_sha256=file_sha256(inv_path),
         control_file=control_path.name, control_sha256=file_sha256(control_path),
@@ -299,7 +417,7 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
         kept_by_relation=dict(sorted(by_relation.items())),
         control_violations=control_violations,
         learn_run=run_summary("baseline", spec.seed, learn),
-        infer_s=inferred["wall_s"], policy_runs=policy_runs,
+        infer_s=inferred["wall_s"], policy_runs=policy_runs, resume=resume,
     )
 
 
@@ -310,8 +428,10 @@ def traincheck_version(box: DiagnosticsBox) -> str:
 
 
 def build_reference(files: TaskFiles, configs: list[str], *,
-                    client: docker.DockerClient | None = None,
+                    client: docker.DockerClient | None = None, resume_only: bool = False,
                     log: Callable[[str], None] = print) -> ReferenceManifest:
+    """Build and freeze the reference of ``configs``; with ``resume_only``, add the resume
+    rules to configurations already frozen and keep their invariants as they are."""
     spec = files.packet.spec.diagnostics
     assert spec is not None
     client = client or images.docker_client()
@@ -321,7 +441,21 @@ def build_reference(files: TaskFiles, configs: list[str], *,
     previous = (ReferenceManifest.model_validate_json(manifest_path.read_text())
                 if manifest_path.exists() else None)
     frozen: dict[str, FrozenConfig] = dict(previous.configs) if previous else {}
-    version = ""
+    if resume_only:
+        if spec.resume is None:
+            raise HarnessError(f"the packet of {files.task} declares no diagnostics.resume",
+                               "declare how its runs checkpoint and resume in packet.yaml")
+        missing = [c for c in configs if c not in frozen]
+        if previous is None or missing:
+            raise HarnessError(f"no frozen invariants of {files.task} for "
+                               f"{', '.join(missing or configs)} to add resume rules to",
+                               f"build the whole reference: `harness traincheck reference "
+                               f"--task {files.task}`")
+        if previous.packet_repo_sha256 != reference_tree_sha256(files.packet.repo):
+            raise HarnessError(f"the frozen reference of {files.task} was built from another "
+                               "packet repo", "rebuild the whole reference")
+    version = previous.traincheck_version if resume_only and previous else ""
+    extended = file_sha256(manifest_path) if resume_only else None
     with tempfile.TemporaryDirectory(prefix="harness-tc-ref-") as tmp:
         variants = {v.name: v for v in build_variants(files, Path(tmp), faults=False)}
         # The new files are made apart and replace the frozen ones only once every
@@ -336,17 +470,28 @@ def build_reference(files: TaskFiles, configs: list[str], *,
                 version = version or traincheck_version(box)
                 baseline = box.put_tree("baseline", variants["baseline"].tree)
                 reference = box.put_tree("reference", variants["reference"].tree)
-                frozen[config] = build_config(box, files, baseline, reference, config, staging,
-                                              log)
+                if resume_only:
+                    frozen[config] = frozen[config].model_copy(update={"resume": build_resume(
+                        box, spec, baseline, reference, config, staging, log)})
+                else:
+                    frozen[config] = build_config(box, files, baseline, reference, config,
+                                                  staging, log)
         for made in sorted(staging.iterdir()):
             shutil.copy(made, dest / made.name)
+    runner = reference_tree_sha256(REPO_ROOT / "diagnostics")
     manifest = ReferenceManifest(
         task=files.task, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        traincheck_version=version, relations=RELATIONS, steps=spec.steps, seed=spec.seed,
+        traincheck_version=version,
+        relations=previous.relations if resume_only and previous else RELATIONS,
+        steps=spec.steps, seed=spec.seed,
         train_args=spec.train_args(feature=False), feature_args=spec.feature_args,
         packet_repo_sha256=reference_tree_sha256(files.packet.repo),
-        diagnostics_sha256=reference_tree_sha256(REPO_ROOT / "diagnostics"), policy=POLICY,
-        configs=dict(sorted(frozen.items())))
+        diagnostics_sha256=(previous.diagnostics_sha256 if resume_only and previous
+                            else runner), policy=POLICY,
+        configs=dict(sorted(frozen.items())),
+        resume_diagnostics_sha256=(runner if any(c.resume for c in frozen.values())
+                                   else None),
+        extends_sha256=extended)
     manifest_path.write_text(manifest.model_dump_json(indent=1) + "\n")
     return manifest
 
@@ -357,6 +502,7 @@ class FrozenFiles(BaseModel):
     invariants: bytes  # uncompressed JSON lines, what the runner reads
     invariants_gz: bytes  # the frozen file itself (its hash is the manifest's)
     control: bytes
+    resume_rules: bytes | None = None  # JSON lines, where the configuration has resume rules
 
 
 def load_frozen(files: TaskFiles, config: str) -> tuple[ReferenceManifest, FrozenFiles]:
@@ -372,12 +518,16 @@ def load_frozen(files: TaskFiles, config: str) -> tuple[ReferenceManifest, Froze
                            f"--config {config}`")
     entry = manifest.configs[config]
     read = {}
-    for name, sha in ((entry.invariants_file, entry.invariants_sha256),
-                      (entry.control_file, entry.control_sha256)):
+    frozen_files = [(entry.invariants_file, entry.invariants_sha256),
+                    (entry.control_file, entry.control_sha256)]
+    if entry.resume is not None:
+        frozen_files.append((entry.resume.rules_file, entry.resume.rules_sha256))
+    for name, sha in frozen_files:
         read[name] = (dest / name).read_bytes()  # hashed as read: no second read to race
         if hashlib.sha256(read[name]).hexdigest() != sha:
             raise HarnessError(f"{dest / name} does not match its hash in the manifest",
                                "rebuild the reference; frozen files must not be edited")
     gz = read[entry.invariants_file]
-    return manifest, FrozenFiles(invariants=gzip.decompress(gz), invariants_gz=gz,
-                                 control=read[entry.control_file])
+    return manifest, FrozenFiles(
+        invariants=gzip.decompress(gz), invariants_gz=gz, control=read[entry.control_file],
+        resume_rules=read[entry.resume.rules_file] if entry.resume is not None else None)

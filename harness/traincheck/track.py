@@ -76,6 +76,17 @@ def rejudge_calibration(files: TaskFiles) -> cal.CalibrationReport:
     return report
 
 
+def add_resume_to_calibration(files: TaskFiles, configs: list[str], *,
+                              log: Callable[[str], None]) -> cal.CalibrationReport:
+    """The resume probe added to the committed calibration's rows (``cal.add_resume``)."""
+    report = cal.add_resume(
+        files, configs, log=log,
+        command=f"harness calibrate --task {files.task} --resume-only "
+                + " ".join(f"--config {c}" for c in configs))
+    write_report(files.reports, "calibration", report, cal.render_markdown(report))
+    return report
+
+
 def run_calibration(files: TaskFiles, configs: list[str], *,
                     log: Callable[[str], None]) -> cal.CalibrationReport:
     """Track 1 for a task; contracts the capability matrix found unobservable are listed as

@@ -123,6 +123,8 @@ class ConfigTransparency(BaseModel):
     save_every: int
     mid_step: int
     final_step: int
+    # The traced runs also observed the training state, as the resume probe's runs do.
+    observe_state: bool = False
     runs: dict[str, RunRecord]
     comparisons: list[Comparison]
     costs: Costs
@@ -180,9 +182,10 @@ def check_config(box: DiagnosticsBox, files: TaskFiles, tree: str, config: str, 
     assert spec is not None
     args = transparency_args(files)
     out = f"{RUNS}/{config}-transparency"
+    observe = ["--observe-state"] if spec.resume is not None else []
     result = box.call(["transparency", "--src", tree, "--out", out, "--config", config,
                        "--save-every", str(SAVE_EVERY), "--wall-s", str(spec.wall_s),
-                       "--", *args], timeout_s=N_RUNS * spec.wall_s + 600)
+                       *observe, "--", *args], timeout_s=N_RUNS * spec.wall_s + 600)
     # In the order the runner ran them (its JSON comes with sorted keys).
     ordered = sorted(result["runs"].items(), key=lambda kv: _run_rank(kv[0]))
     runs = {label: RunRecord.model_validate({k: v for k, v in record.items()
@@ -199,7 +202,8 @@ def check_config(box: DiagnosticsBox, files: TaskFiles, tree: str, config: str, 
         packet_repo_sha256=reference_tree_sha256(files.packet.repo),
         diagnostics_sha256=reference_tree_sha256(REPO_ROOT / "diagnostics"), train_args=args,
         steps=result["steps"], save_every=result["save_every"], mid_step=result["mid_step"],
-        final_step=result["final_step"], runs=runs, comparisons=comparisons,
+        final_step=result["final_step"], observe_state=bool(result.get("observe_state")),
+        runs=runs, comparisons=comparisons,
         costs=Costs(plain_s=plain, traced_s=traced, traced_over_plain=_ratio(traced, plain),
                     resumed_plain_s=resumed_plain, resumed_traced_s=resumed_traced,
                     resumed_traced_over_plain=_ratio(resumed_traced, resumed_plain),
@@ -332,7 +336,10 @@ def render_markdown(report: TransparencyReport) -> str:
             "",
             f"Training arguments: `{' '.join(cfg.train_args)}`; checkpoints every "
             f"{cfg.save_every} steps; resumes start from the step-{cfg.mid_step} checkpoint; "
-            f"the final checkpoint is step {cfg.final_step}.",
+            f"the final checkpoint is step {cfg.final_step}"
+            + ("; the traced runs also observe the training state (optimizer state, buffers, "
+               "generators, learning rate), as the resume probe's runs do." if cfg.observe_state
+               else "."),
             "",
             "| run | traced | trace records (rank: API/VAR) | seed | resumed from | outcome | "
             "wall s | exceptions | checkpoints |",

@@ -22,6 +22,10 @@ from tests.conftest import FIXTURE_HIDDEN, FIXTURE_PACKET
 FIXTURE, HIDDEN = FIXTURE_PACKET, FIXTURE_HIDDEN
 
 
+# The whole track on real containers: a reference build (a learning run, 4 policy runs and 5
+# resume probes) and a calibration (6 traced runs, 6 resume probes) is about 10 minutes on a
+# loaded 2-core host, past the suite's default 600 s per test.
+@pytest.mark.timeout(1800)
 def test_calibration_track_on_the_fixture_task(
     tiny_validation: ValidationReport, tmp_path: Path
 ) -> None:
@@ -49,8 +53,17 @@ def test_calibration_track_on_the_fixture_task(
     assert all(p.run.outcome == "ok" for p in frozen.policy_runs)
     violated = {i for p in frozen.policy_runs for i in p.violated_ids}
     assert frozen.n_dropped == len(violated)  # every violated rule is dropped, nothing else
+    # The resume rules, learned from a healthy probe, with the same policy probes.
+    resume = frozen.resume
+    assert resume is not None and resume.learn_probe.outcome == "ok"
+    assert sorted((p.role, p.probe.seed) for p in resume.policy_probes) == [
+        ("healthy", seed + 10), ("healthy", seed + 20), ("reference", seed),
+        ("reference", seed + 10)]
+    assert resume.n_kept == resume.n_learned - resume.n_dropped > 0
     _, files_ok = load_frozen(files, "cpu-1")  # hashes verified
     assert files_ok.invariants.count(b"\n") == frozen.n_kept
+    assert files_ok.resume_rules is not None
+    assert files_ok.resume_rules.count(b"\n") == resume.n_kept
     # Editing a frozen file is refused.
     control = files.reports / "reference" / "cpu-1.control.json"
     control.write_text(control.read_text().replace("cpu-1", "cpu-1 "))
@@ -81,6 +94,13 @@ def test_calibration_track_on_the_fixture_task(
         assert row.oracle.failing_contracts
         assert row.verdict in ("detected", "not_detected") and row.check_outcome == "ok"
     assert rows["baseline"].verdict in ("clean", "false_alarm")
+    # Every row was also probed through a resume. The resume rules come from the baseline,
+    # which has no scheduler, so they cannot speak about this task's two (scheduler) faults;
+    # tests/integration/test_traincheck_resume.py shows a detection. Here: healthy code's
+    # resumes break none of them.
+    assert all(r.resume_outcome == "ok" and r.resume_s > 0 for r in all_rows)
+    assert not [v for r in all_rows if r.kind != "fault" for v in r.beyond_control
+                if v.relation == "ResumePreservation"]
     summary = report.summary
     assert summary.controls == 4 and summary.faults_confirmed == 2
     assert summary.false_alarms == sum(r.verdict == "false_alarm" for r in all_rows)

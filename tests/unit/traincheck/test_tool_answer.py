@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grading.packet import DiagnosticsSpec
+from grading.packet import DiagnosticsSpec, ResumeProbeSpec
 from harness.agent.traincheck_tool import (
     DiagnosticCost,
     DiagnosticReport,
@@ -41,3 +41,40 @@ def test_no_verdict_is_never_worded_as_a_traced_clean_run() -> None:
         "/tmp/r/report.md", COST, traced=_traced_run_line("gloo-ddp-2", SPEC))
     assert "there is no verdict, and this is not a clean result" in crashed
     assert "Traced run:" not in crashed
+
+
+RESUMING = SPEC.model_copy(update={"resume": ResumeProbeSpec(
+    save_every=1, save_args=["--ckpt", "{ckpt}", "--save-every", "{k}"],
+    resume_args=["--resume", "{checkpoint}"], checkpoint="{ckpt}/step_{k}")})
+
+
+def test_the_resume_probe_is_said_with_its_rules_or_why_they_were_not_checked() -> None:
+    traced = _traced_run_line("gloo-ddp-2", RESUMING)
+    assert "Resume probe: the same run with a checkpoint at step 1" in traced
+    assert "checkpoint, resume and export paths" not in traced  # the probe takes resume
+    cost = COST.model_copy(update={"resume_s": 30.0})
+    violation = Violation(id="r1", relation="ResumePreservation",
+                          rule="state.rng.torch.digest is preserved by resume", first_step=1,
+                          ranks=[1])
+    checked = render_for_model("gloo-ddp-2", DiagnosticReport(
+        outcome="violations", new_violations=[violation], n_checked=10, n_not_triggered=2,
+        resume={"outcome": "ok", "n_checked": 40, "n_not_triggered": 3}),
+        "/tmp/r/report.md", cost, traced=traced)
+    assert "- [ResumePreservation] state.rng.torch.digest is preserved by resume (first " \
+           "fired at step 1, rank 1)" in checked
+    assert "40 resume rules checked, 3 of them not triggered" in checked
+    assert "resume probe 30.0 s" in checked
+    # A probe that died leaves a violation found standing, and says its rules went unchecked.
+    crash = {"outcome": "crash", "cause": "resumed run: rank 0 failed first (exit code 1)"}
+    died = render_for_model("gloo-ddp-2", DiagnosticReport(
+        outcome="violations", new_violations=[violation], resume=crash),
+        "/tmp/r/report.md", cost, traced=traced)
+    assert "the resume probe did not finish (crash: resumed run: rank 0" in died
+    assert "so its rules were not checked" in died
+    # With nothing found, it is no verdict: never a clean resume.
+    alone = render_for_model("gloo-ddp-2", DiagnosticReport(
+        outcome="resume_probe_crash", cause=f"resume probe: {crash['cause']}", resume=crash),
+        "/tmp/r/report.md", cost, traced=traced)
+    assert ("but the resume probe's run of your code CRASHED, so its resume rules were not "
+            "checked: there is no verdict, and this is not a clean result.") in alone
+    assert "Cause: resume probe: resumed run: rank 0 failed first" in alone
