@@ -98,7 +98,8 @@ def test_the_gate_refuses_a_comparison_without_demonstrated_detection(tmp_path: 
     assert rules["hybrid-arch"].rule == "coverage-audit"
     assert "not evidence of benefit" in rules["hybrid-arch"].detail
     assert rules["moe-router"].rule == "detection-demonstrated"
-    assert rules["moe-router"].detected == ["expert-grads-unsynced (gloo-ddp-2)"]
+    assert rules["moe-router"].detected == ["expert-grads-unsynced (gloo-ddp-2)",
+                                            "rng-shared-key (gloo-ddp-2)"]
     assert {s.comparison for s in lock.sessions if s.task == "hybrid-arch"} == {"coverage-audit"}
 
 
