@@ -29,6 +29,7 @@ import docker
 from pydantic import BaseModel, Field
 
 from grading.hashing import file_sha256
+from grading.packet import ResumeProbeSpec
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.paths import REPO_ROOT
@@ -201,15 +202,12 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         found = _violations(result)
         if resume_rules is not None:
             assert spec.resume is not None
-            probed = resume_probe(box, trees[variant.name], f"{RUNS}/{config}-{name}-resume",
-                                  config, spec.train_args(feature=variant.feature,
-                                                          seed=run_seed),
-                                  spec.resume, spec.wall_s)
-            row.update(resume_outcome=probed["outcome"], resume_cause=probed["cause"],
-                       resume_s=probed["wall_s"])
-            if probed["outcome"] == "ok":
-                found += _violations(resume_check(box, f"{RUNS}/{config}-{name}-resume",
-                                                  resume_rules))
+            outcome, cause, seconds, broken = _probed(
+                box, trees[variant.name], f"{RUNS}/{config}-{name}-resume", config,
+                spec.train_args(feature=variant.feature, seed=run_seed), spec.resume,
+                spec.wall_s, resume_rules)
+            row.update(resume_outcome=outcome, resume_cause=cause, resume_s=seconds)
+            found += broken
         beyond_control = [v for v in found if v.id not in control_ids]
         if variant.kind == "fault":
             beyond_matching = _beyond(beyond_control, healthy)
@@ -232,10 +230,26 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         log(f"{config} {variant.name}: {verdict} ({len(found)} violations, "
             f"{len(beyond_matching)} beyond control/healthy runs; collect "
             f"{record['wall_s']:.0f} s, check {result['wall_s']:.0f} s)")
-    baseline = next(r for r in rows if r.variant == "baseline")
-    ratio = (baseline.collect_s + baseline.check_s + baseline.resume_s) / plain["wall_s"]
     return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
-                             cost_ratio=round(ratio, 2))
+                             cost_ratio=_cost_ratio(rows, plain["wall_s"]))
+
+
+def _cost_ratio(rows: list[CalibrationRow], plain_s: float) -> float:
+    """One diagnostic answer on the healthy baseline (traced run, check, resume probe) over
+    the plain run."""
+    baseline = next(r for r in rows if r.variant == "baseline")
+    return round((baseline.collect_s + baseline.check_s + baseline.resume_s) / plain_s, 2)
+
+
+def _probed(box: DiagnosticsBox, tree: str, out: str, config: str, args: list[str],
+            spec: ResumeProbeSpec, wall_s: float, rules: str,
+            ) -> tuple[str, str, float, list[Violation]]:
+    """A resume probe checked against the frozen rules: (outcome, cause, seconds, the rules
+    it breaks); a probe that did not finish breaks nothing and says why."""
+    probed = resume_probe(box, tree, out, config, args, spec, wall_s)
+    broken = (_violations(resume_check(box, out, rules)) if probed["outcome"] == "ok"
+              else [])
+    return probed["outcome"], probed["cause"], probed["wall_s"], broken
 
 
 def _beyond(violations: list[Violation], healthy: set[str]) -> list[Violation]:
@@ -414,27 +428,21 @@ def add_resume(files: TaskFiles, configs: list[str], *, command: str,
                     if name not in trees:
                         trees[name] = box.put_tree(name, variant.tree)
                     out = f"{RUNS}/{config}-{name}-s{row.seed}-resume"
-                    probed = resume_probe(box, trees[name], out, config,
-                                          spec.train_args(feature=variant.feature,
-                                                          seed=row.seed),
-                                          spec.resume, spec.wall_s)
-                    row.resume_outcome, row.resume_cause = probed["outcome"], probed["cause"]
-                    row.resume_s = probed["wall_s"]
-                    if probed["outcome"] == "ok":
-                        found = _violations(resume_check(box, out, rules))
-                        row.violations_total += len(found)
-                        row.beyond_control += found  # every frozen resume rule passed the policy
+                    (row.resume_outcome, row.resume_cause, row.resume_s, found) = _probed(
+                        box, trees[name], out, config,
+                        spec.train_args(feature=variant.feature, seed=row.seed), spec.resume,
+                        spec.wall_s, rules)
+                    row.violations_total += len(found)
+                    row.beyond_control += found  # every frozen resume rule passed the policy
                     log(f"{config} {row.variant} seed {row.seed}: resume probe "
-                        f"{probed['outcome']}, {len(row.beyond_control)} beyond control")
+                        f"{row.resume_outcome}, {len(row.beyond_control)} beyond control")
             for row in cal.rows:
                 if row.kind != "fault" and row.check_outcome == "ok":
                     row.beyond_matching = row.beyond_control
                     row.verdict = _with_probe_failure(
                         "false_alarm" if row.beyond_control else "clean", row.resume_outcome)
             judge(cal)
-            baseline = next(r for r in cal.rows if r.variant == "baseline")
-            cal.cost_ratio = round((baseline.collect_s + baseline.check_s + baseline.resume_s)
-                                   / cal.plain_s, 2)
+            cal.cost_ratio = _cost_ratio(cal.rows, cal.plain_s)
     report.reference_manifest_sha256 = file_sha256(manifest_path)
     report.command = f"{report.command}; {command}"
     report.summary = summarise(report.configs, report.summary.unsupported_contracts)

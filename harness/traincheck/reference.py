@@ -273,6 +273,12 @@ def apply_policy(learned: list[dict[str, Any]],
     return PolicyDecision(kept=kept, dropped=dropped)
 
 
+def _json_lines(box: DiagnosticsBox, path: str) -> list[dict[str, Any]]:
+    """A learned rule file in the container (one JSON object per line)."""
+    return [json.loads(line) for line in box.read_bytes(path).decode().splitlines()
+            if line.strip()]
+
+
 def _policy_plan(spec: DiagnosticsSpec) -> list[tuple[PolicyRole, int]]:
     return [*(("healthy", spec.seed + o) for o in HEALTHY_POLICY_OFFSETS),
             *(("reference", spec.seed + o) for o in REFERENCE_POLICY_OFFSETS)]
@@ -339,8 +345,7 @@ def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, baseline: str, refe
             violated_ids=sorted({v["id"] for v in result["violations"]})))
         log(f"{config}: resume probe of the {_run_label(role, seed)} violates "
             f"{len(result['violations'])}")
-    learned = [json.loads(line) for line in box.read_bytes(learned_path).decode().splitlines()
-               if line.strip()]
+    learned = _json_lines(box, learned_path)
     decision = apply_policy(learned, checks)
     rules_path = dest / f"{config}.resume.json"
     rules_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in decision.kept))
@@ -387,8 +392,7 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
             check_s=result["wall_s"]))
         log(f"{config}: {_run_label(role, seed)} violates {len(result['violations'])}")
 
-    learned = [json.loads(line) for line in box.read_bytes(invariants).decode().splitlines()
-               if line.strip()]
+    learned = _json_lines(box, invariants)
     decision = apply_policy(learned, checks)
     kept_lines = [json.dumps(inv, sort_keys=True) for inv in decision.kept]
     by_relation: dict[str, int] = {}
@@ -454,8 +458,10 @@ def build_reference(files: TaskFiles, configs: list[str], *,
         if previous.packet_repo_sha256 != reference_tree_sha256(files.packet.repo):
             raise HarnessError(f"the frozen reference of {files.task} was built from another "
                                "packet repo", "rebuild the whole reference")
-    version = previous.traincheck_version if resume_only and previous else ""
-    extended = file_sha256(manifest_path) if resume_only else None
+    # What a resume-only build keeps of the manifest it extends (checked to exist above).
+    kept = previous if resume_only else None
+    version = kept.traincheck_version if kept else ""
+    extended = file_sha256(manifest_path) if kept else None
     with tempfile.TemporaryDirectory(prefix="harness-tc-ref-") as tmp:
         variants = {v.name: v for v in build_variants(files, Path(tmp), faults=False)}
         # The new files are made apart and replace the frozen ones only once every
@@ -482,12 +488,11 @@ def build_reference(files: TaskFiles, configs: list[str], *,
     manifest = ReferenceManifest(
         task=files.task, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
         traincheck_version=version,
-        relations=previous.relations if resume_only and previous else RELATIONS,
+        relations=kept.relations if kept else RELATIONS,
         steps=spec.steps, seed=spec.seed,
         train_args=spec.train_args(feature=False), feature_args=spec.feature_args,
         packet_repo_sha256=reference_tree_sha256(files.packet.repo),
-        diagnostics_sha256=(previous.diagnostics_sha256 if resume_only and previous
-                            else runner), policy=POLICY,
+        diagnostics_sha256=kept.diagnostics_sha256 if kept else runner, policy=POLICY,
         configs=dict(sorted(frozen.items())),
         resume_diagnostics_sha256=(runner if any(c.resume for c in frozen.values())
                                    else None),
