@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the packet's diagnostics.resume as JSON: also run the resume "
                         "probe against <config>.resume.json")
     p_diag.add_argument("--wall-s", type=float, default=600.0)
+    p_diag.add_argument("--selective", action="store_true",
+                        help="collect only what the frozen invariants name (and no torch call "
+                        "in the resume probe), as the reference's policy runs did")
     p_diag.add_argument("train_args", nargs=argparse.REMAINDER)
 
     p_transp = sub.add_parser("transparency",
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p_probe.add_argument("--spec", type=json.loads, required=True,
                          help="the packet's diagnostics.resume, as JSON")
     p_probe.add_argument("--wall-s", type=float, default=600.0, help="per run")
+    p_probe.add_argument("--selective", action="store_true",
+                         help="record no torch call, only parameters and observed state")
     p_probe.add_argument("train_args", nargs=argparse.REMAINDER)
 
     p_rlearn = sub.add_parser("resume-learn", help="resume rules a healthy probe satisfies")
@@ -116,13 +121,15 @@ def main(argv: list[str] | None = None) -> int:
             _emit(checking.check_per_rank(a.trace, a.invariants, a.out, a.wall_s))
         elif a.command == "diagnose":
             _emit(checking.diagnose(a.src, a.out, a.config, train_args, a.reference,
-                                    a.wall_s, resume_spec=a.resume_spec))
+                                    a.wall_s, resume_spec=a.resume_spec,
+                                    selective=a.selective))
         elif a.command == "transparency":
             _emit(transparency.transparency(a.src, a.out, a.config, train_args,
                                             save_every=a.save_every, wall_s=a.wall_s,
                                             observe_state=a.observe_state))
         elif a.command == "resume-probe":
-            _emit(resume.probe(a.src, a.out, a.config, train_args, a.spec, wall_s=a.wall_s))
+            _emit(resume.probe(a.src, a.out, a.config, train_args, a.spec, wall_s=a.wall_s,
+                               selective=a.selective))
         elif a.command == "resume-learn":
             rules = resume.learn(a.probe / "straight" / "trace", a.probe / "resumed" / "trace")
             if a.out.exists():

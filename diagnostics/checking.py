@@ -165,7 +165,9 @@ def render_report(report: dict[str, Any]) -> str:
     if report.get("cause"):
         lines.append(f"cause: {report['cause']}")
     lines.append(f"collect {run['wall_s']:.1f} s; check "
-                 f"{report.get('check', {}).get('wall_s', 0):.1f} s")
+                 f"{report.get('check', {}).get('wall_s', 0):.1f} s"
+                 + ("; collected selectively (only the torch calls the frozen invariants "
+                    "name were recorded)" if run.get("selective") else ""))
     new = report.get("new_violations", [])
     lines += ["", f"violations beyond the healthy control: {len(new)}"]
     for v in new:
@@ -188,11 +190,12 @@ def render_report(report: dict[str, Any]) -> str:
 
 
 def _resume_part(src: Path, out: Path, config: str, train_args: list[str], rules: Path,
-                 spec: dict[str, Any], wall_s: float) -> dict[str, Any]:
+                 spec: dict[str, Any], wall_s: float, selective: bool) -> dict[str, Any]:
     """The resume probe of ``src`` checked against the frozen resume rules."""
     from diagnostics import resume  # resume.py imports this module
 
-    probed = resume.probe(src, out, config, train_args, spec, wall_s=wall_s)
+    probed = resume.probe(src, out, config, train_args, spec, wall_s=wall_s,
+                          selective=selective)
     part: dict[str, Any] = {"outcome": probed["outcome"], "cause": probed["cause"],
                             "wall_s": probed["wall_s"], "save_every": probed["save_every"],
                             "violations": []}
@@ -205,11 +208,13 @@ def _resume_part(src: Path, out: Path, config: str, train_args: list[str], rules
 
 
 def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference: Path,
-             wall_s: float, resume_spec: dict[str, Any] | None = None) -> dict[str, Any]:
+             wall_s: float, resume_spec: dict[str, Any] | None = None,
+             selective: bool = False) -> dict[str, Any]:
     """Trace ``src`` under ``config`` in a scratch copy, check it against the frozen reference
     invariants, and keep the violations beyond those of the healthy control; with
     ``resume_spec`` (the packet's ``diagnostics.resume``), also run the resume probe and
-    check it against the frozen resume rules."""
+    check it against the frozen resume rules. ``selective``: collect only what the frozen
+    invariants name, as the reference's policy runs did (its manifest says which)."""
     invariants = reference / f"{config}.invariants.json"
     control_file = reference / f"{config}.control.json"
     rules = reference / f"{config}.resume.json"
@@ -219,7 +224,8 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
         raise ValueError(f"no frozen resume rules for {config} under {reference}")
     control_ids = set(json.loads(control_file.read_text())["violated_ids"])
     started = time.monotonic()
-    run = collect_run(src, out / "run", config, train_args, traced=True, wall_s=wall_s)
+    run = collect_run(src, out / "run", config, train_args, traced=True, wall_s=wall_s,
+                      invariants=invariants if selective else None)
     report: dict[str, Any] = {"config": config, "run": run, "report_path": str(out / "report.md")}
     if run["outcome"] != "ok":
         report.update(outcome=f"diagnostic_{run['outcome']}", cause=run["cause"])
@@ -237,7 +243,7 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
             if resume_spec is not None:
                 left = max(60.0, wall_s - (time.monotonic() - started))
                 part = _resume_part(src, out / "resume", config, train_args, rules,
-                                    resume_spec, left / 2)
+                                    resume_spec, left / 2, selective)
                 report["resume"] = part
                 # Every frozen resume rule survived the healthy policy probes: no control.
                 new += part["violations"]

@@ -115,10 +115,14 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
         first_step: int = 0) -> dict[str, Any]:
     """Run ``train.py`` of ``src`` under ``config``; returns (and writes) ``out/run.json``.
 
+    ``invariants`` (a traced run only) is TrainCheck's selective collection: every torch
+    function is still wrapped, but only those the invariants name dump records (an empty
+    file: none; the sampled parameters and observed state are recorded regardless).
     ``observe_state`` adds the training state beyond parameters to a traced run's trace
     (``observe.py``); ``first_step`` is the step number of a resumed run's first step."""
-    if (observe_state or first_step) and not traced:
-        raise ValueError("state observation and step numbering apply to traced runs only")
+    if (observe_state or first_step or invariants is not None) and not traced:
+        raise ValueError("selective collection, state observation and step numbering apply "
+                         "to traced runs only")
     if config not in WORLD_SIZE:
         raise ValueError(f"unknown configuration {config!r}; use one of {sorted(WORLD_SIZE)}")
     if out.exists():
@@ -142,7 +146,11 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
             " ".join(_shell_quote(w) for w in _launch_line(config, entry, args)) + "\n")
         command += ["-s", str(launcher)]
         if invariants is not None:
-            command += ["--invariants", str(invariants)]
+            # Selective collection: only the functions the invariants name dump records.
+            # Its own default samples every 10th step after 10; the learning runs trace
+            # every step, and so must the runs checked against what they learned.
+            command += ["--invariants", str(invariants), "--sampling-interval", "1",
+                        "--warm-up-steps", "1"]
     else:
         command = _launch_line(config, scratch / MAIN_SCRIPT, args)
 
@@ -189,8 +197,12 @@ def run(src: Path, out: Path, config: str, train_args: list[str], *, traced: boo
     if traced:
         ranks = rank_traces(trace_dir) if trace_dir.exists() else {}
         record["ranks"] = {str(r): v for r, v in sorted(ranks.items())}
+        # A full collection records torch calls on every rank that ran; a selective one may
+        # record none (its selection can name no call), but every rank that trained has the
+        # parameters the entry samples after each step.
+        kind = "var_files" if invariants is not None else "api_files"
         missing = [r for r in range(WORLD_SIZE[config]) if r not in ranks
-                   or not ranks[r]["api_files"]]
+                   or not ranks[r][kind]]
         if record["outcome"] == "ok" and missing:
             record.update(outcome="missing_rank_trace",
                           cause=f"no trace records for rank(s) {missing}")

@@ -36,7 +36,9 @@ import sys
 
 _SRC = {src!r}
 _MAIN = {main!r}
-os.chdir(_SRC)  # TrainCheck runs the program from its output folder
+# TrainCheck runs the program from its output folder, and its instrumentor (inserted after
+# `import torch` below) reads the selective-collection options from `instr_opts.json` there,
+# by a relative path: the move to the task's folder waits until torch is instrumented.
 sys.path.insert(0, _SRC)
 
 import torch
@@ -150,6 +152,7 @@ def _opt_post(optimizer, args, kwargs):
 register_optimizer_step_pre_hook(_opt_pre)
 register_optimizer_step_post_hook(_opt_post)
 
+os.chdir(_SRC)
 sys.argv = [_MAIN] + sys.argv[1:]
 runpy.run_path(_MAIN, run_name="__main__")
 '''

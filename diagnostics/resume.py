@@ -118,9 +118,11 @@ def _expand(word: str, values: dict[str, str]) -> str:
 
 
 def probe(src: Path, out: Path, config: str, train_args: list[str], spec: dict[str, Any], *,
-          wall_s: float) -> dict[str, Any]:
+          wall_s: float, selective: bool = False) -> dict[str, Any]:
     """The straight run and its resume from the step-k checkpoint, both traced with state
-    observation; returns (and writes) ``out/probe.json``.
+    observation; returns (and writes) ``out/probe.json``. ``selective``: the runs record
+    no torch call (TrainCheck's selective collection with an empty selection), only what
+    the resume rules read: the sampled parameters and the observed state.
 
     ``spec`` is the packet's ``diagnostics.resume`` (``save_every``, ``save_args``,
     ``resume_args``, ``checkpoint``; see ``grading.packet.ResumeProbeSpec``)."""
@@ -144,11 +146,16 @@ def probe(src: Path, out: Path, config: str, train_args: list[str], spec: dict[s
         raise FileExistsError(f"output folder {out} exists; every probe needs a fresh one")
     out.mkdir(parents=True)
     started = time.monotonic()
+    selection = None
+    if selective:
+        selection = out / "no-calls.invariants.json"
+        selection.write_text("")
     values = {"k": str(save_every), "ckpt": str(out / "ckpt"),
               "out": str(out / "straight" / "train")}  # collect.run's --out for that run
     straight = collect_run(src, out / "straight", config,
                            [*train_args, *(_expand(w, values) for w in spec["save_args"])],
-                           traced=True, wall_s=wall_s, observe_state=True)
+                           traced=True, wall_s=wall_s, observe_state=True,
+                           invariants=selection)
     checkpoint = Path(_expand(str(spec["checkpoint"]), values))
     result: dict[str, Any] = {"config": config, "save_every": save_every, "steps": steps,
                               "checkpoint": str(checkpoint), "straight": straight,
@@ -164,7 +171,7 @@ def probe(src: Path, out: Path, config: str, train_args: list[str], spec: dict[s
         resumed = collect_run(src, out / "resumed", config,
                               [*train_args, *(_expand(w, values) for w in spec["resume_args"])],
                               traced=True, wall_s=wall_s, observe_state=True,
-                              first_step=save_every)
+                              first_step=save_every, invariants=selection)
         result["resumed"] = resumed
         if resumed["outcome"] != "ok":
             result.update(outcome=resumed["outcome"], cause=f"resumed run: {resumed['cause']}")

@@ -76,6 +76,9 @@ class FrozenConfigFiles(BaseModel):
     # The resume rules (JSON lines, uploaded as they are), where the reference has them.
     resume_rules: bytes | None = None
     resume_rules_sha256: str | None = None
+    # TrainCheck's selective collection (only the calls the invariants name are recorded),
+    # where the reference's policy was decided on runs collected that way.
+    selective: bool = False
     # The invariants by id (diagnostics.checking.invariant_id), to explain a violated rule.
     by_id: dict[str, dict[str, Any]] = Field(default_factory=dict, repr=False)
 
@@ -177,6 +180,7 @@ class TraincheckTool:
                 control=loaded.control, control_sha256=entry.control_sha256,
                 resume_rules=loaded.resume_rules,
                 resume_rules_sha256=entry.resume.rules_sha256 if entry.resume else None,
+                selective=entry.collection == "selective",
                 by_id={invariant_id(inv): inv for inv in
                        map(json.loads, loaded.invariants.decode().splitlines())})
         stale = []
@@ -268,6 +272,8 @@ class TraincheckTool:
                    "--wall-s", f"{wall_s:.0f}"]
         if frozen.resume_rules is not None and self.spec.resume is not None:
             command += ["--resume-spec", self.spec.resume.model_dump_json()]
+        if frozen.selective:
+            command.append("--selective")
         command += ["--", *self.spec.train_args(feature=True)]
         artifact = runner.artifact_path(f"traincheck-{frozen.config}")
         timeout = runner.ledger.bounded_timeout(wall_s + EXEC_MARGIN_S)
@@ -295,7 +301,8 @@ class TraincheckTool:
                 .write_text(render_report(raw))
         plain = {v.id: plain_rule(frozen.by_id.get(v.id), v.rule) for v in report.new_violations}
         text = render_for_model(frozen.config, report, report_path, cost, plain,
-                                traced=_traced_run_line(frozen.config, self.spec))
+                                traced=_traced_run_line(frozen.config, self.spec,
+                                                       frozen.selective))
         details = {
             "configuration": frozen.config, "outcome": report.outcome, "cause": report.cause,
             "new_violations": [{**v.model_dump(), "plain_rule": plain[v.id]}
@@ -398,20 +405,22 @@ _NO_VERDICT = {
 }
 
 
-def _traced_run_line(config: str, spec: DiagnosticsSpec) -> str:
+def _traced_run_line(config: str, spec: DiagnosticsSpec, selective: bool = False) -> str:
     """What the traced run was, so the answer says how it differs from the task's own runs."""
     args = " ".join(spec.train_args(feature=True))
+    recorded = (" It records only the torch calls the frozen invariants name, with every "
+                "parameter after each step." if selective else "")
     if spec.resume is None:
         return (f"Traced run: `train.py --config {config} {args}`: {spec.steps} optimizer "
                 "step(s), shorter than the task's full runs, so what shows only later in "
                 "training (or in checkpoint, resume and export paths this run does not take) "
-                "is not seen.")
+                f"is not seen.{recorded}")
     return (f"Traced run: `train.py --config {config} {args}`: {spec.steps} optimizer step(s), "
             "shorter than the task's full runs, so what shows only later in training (or in "
-            "export paths this run does not take) is not seen. Resume probe: the same run "
-            f"with a checkpoint at step {spec.resume.save_every}, and a run resumed from it, "
-            "compared with it step by step (rules ResumePreservation: a value the healthy "
-            "code's resume preserves).")
+            f"export paths this run does not take) is not seen.{recorded} Resume probe: the "
+            f"same run with a checkpoint at step {spec.resume.save_every}, and a run resumed "
+            "from it, compared with it step by step (rules ResumePreservation: a value the "
+            "healthy code's resume preserves).")
 
 
 def render_for_model(config: str, report: DiagnosticReport, report_path: str,

@@ -32,20 +32,24 @@ def traincheck_reference(task: TaskOption,
                          config: ConfigOption = None,
                          resume_only: Annotated[bool, typer.Option(
                              help="add the resume rules to the frozen invariants, keeping "
-                             "them as they are")] = False) -> None:
+                             "them as they are")] = False,
+                         selective_only: Annotated[bool, typer.Option(
+                             help="apply the policy again to frozen configurations with runs "
+                             "collected as the agent's tool collects (selectively), and "
+                             "switch them to that collection")] = False) -> None:
     """Learn and freeze the reference invariants and resume rules (once per study build)."""
     from harness.traincheck.reference import build_reference
     from harness.traincheck.track import cpu_configs
     from harness.traincheck.variants import task_files
 
     manifest = build_reference(task_files(task), cpu_configs(config), resume_only=resume_only,
-                               log=log)
+                               selective_only=selective_only, log=log)
     for name, entry in manifest.configs.items():
         resume = (f"  resume rules kept {entry.resume.n_kept} of {entry.resume.n_learned}"
                   if entry.resume is not None else "")
         console.print(f"{name:<12} learned {entry.n_learned:>5}  dropped {entry.n_dropped:>4}  "
                       f"kept {entry.n_kept:>5}  violated by healthy runs "
-                      f"{len(entry.control_violations)}{resume}")
+                      f"{len(entry.control_violations)}  collection {entry.collection}{resume}")
 
 
 @app.command("transparency")

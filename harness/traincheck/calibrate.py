@@ -150,9 +150,11 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
     spec = files.packet.spec.diagnostics
     assert spec is not None
     seed = spec.seed + CALIBRATION_SEED_OFFSET
-    _, frozen = load_frozen(files, config)
+    manifest, frozen = load_frozen(files, config)
     box.sandbox.put_file("/workspace", f"reference/{config}.invariants.json", frozen.invariants)
     invariants = f"/workspace/reference/{config}.invariants.json"
+    # Collected as the agent's tool collects for this configuration.
+    selective = manifest.configs[config].collection == "selective"
     resume_rules = None
     if frozen.resume_rules is not None:
         if spec.resume is None:
@@ -178,7 +180,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         name = variant.name.replace(":", "-") + ("" if run_seed == seed else f"-s{run_seed}")
         record = traced_run(box, trees[variant.name], f"{RUNS}/{config}-{name}", config,
                             spec.train_args(feature=variant.feature, seed=run_seed),
-                            spec.wall_s)
+                            spec.wall_s, selective=invariants if selective else None)
         row: dict[str, Any] = {"variant": variant.name, "kind": variant.kind, "config": config,
                                "seed": run_seed, "oracle": oracle.get(variant.name),
                                "run": run_summary(variant.name, run_seed, record),
@@ -205,7 +207,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             outcome, cause, seconds, broken = _probed(
                 box, trees[variant.name], f"{RUNS}/{config}-{name}-resume", config,
                 spec.train_args(feature=variant.feature, seed=run_seed), spec.resume,
-                spec.wall_s, resume_rules)
+                spec.wall_s, resume_rules, selective=selective)
             row.update(resume_outcome=outcome, resume_cause=cause, resume_s=seconds)
             found += broken
         beyond_control = [v for v in found if v.id not in control_ids]
@@ -242,11 +244,11 @@ def _cost_ratio(rows: list[CalibrationRow], plain_s: float) -> float:
 
 
 def _probed(box: DiagnosticsBox, tree: str, out: str, config: str, args: list[str],
-            spec: ResumeProbeSpec, wall_s: float, rules: str,
+            spec: ResumeProbeSpec, wall_s: float, rules: str, *, selective: bool,
             ) -> tuple[str, str, float, list[Violation]]:
     """A resume probe checked against the frozen rules: (outcome, cause, seconds, the rules
     it breaks); a probe that did not finish breaks nothing and says why."""
-    probed = resume_probe(box, tree, out, config, args, spec, wall_s)
+    probed = resume_probe(box, tree, out, config, args, spec, wall_s, selective=selective)
     broken = (_violations(resume_check(box, out, rules)) if probed["outcome"] == "ok"
               else [])
     return probed["outcome"], probed["cause"], probed["wall_s"], broken
@@ -431,7 +433,8 @@ def add_resume(files: TaskFiles, configs: list[str], *, command: str,
                     (row.resume_outcome, row.resume_cause, row.resume_s, found) = _probed(
                         box, trees[name], out, config,
                         spec.train_args(feature=variant.feature, seed=row.seed), spec.resume,
-                        spec.wall_s, rules)
+                        spec.wall_s, rules,
+                        selective=manifest.configs[config].collection == "selective")
                     row.violations_total += len(found)
                     row.beyond_control += found  # every frozen resume rule passed the policy
                     log(f"{config} {row.variant} seed {row.seed}: resume probe "

@@ -129,6 +129,9 @@ class FrozenResume(BaseModel):
     n_kept: int
     learn_probe: ProbeSummary
     policy_probes: list[ResumePolicyProbe]
+    # The same policy again with probes that record no torch call, as the agent's tool
+    # probes where the configuration's collection is selective.
+    selective_policy_probes: list[ResumePolicyProbe] = Field(default_factory=list)
 
 
 class FrozenConfig(BaseModel):
@@ -153,14 +156,23 @@ class FrozenConfig(BaseModel):
     check_s: list[float] = Field(default_factory=list)
     # The resume rules, where the packet declares how its runs checkpoint and resume.
     resume: FrozenResume | None = None
+    # How a diagnostic run of this configuration collects: "full" records every torch call;
+    # "selective" records only the calls the frozen invariants name (TrainCheck's selective
+    # collection), and the policy was applied again to runs collected that way
+    # (``selective_policy_runs``): what TrainCheck records changes what it sees, so the
+    # rules are decided in the collection the agent's tool makes.
+    collection: Literal["full", "selective"] = "full"
+    selective_policy_runs: list[PolicyRun] = Field(default_factory=list)
 
     def runs(self) -> list[RunSummary]:
         """Every traced run the build made for this configuration."""
         legacy = [r for r in (self.control_run, self.applicability_run) if r is not None]
-        return [self.learn_run, *legacy, *(p.run for p in self.policy_runs)]
+        return [self.learn_run, *legacy,
+                *(p.run for p in (*self.policy_runs, *self.selective_policy_runs))]
 
     def check_seconds(self) -> float:
-        return sum(self.check_s) + sum(p.check_s for p in self.policy_runs)
+        return sum(self.check_s) + sum(p.check_s for p in
+                                       (*self.policy_runs, *self.selective_policy_runs))
 
 
 class ReferenceManifest(BaseModel):
@@ -182,6 +194,8 @@ class ReferenceManifest(BaseModel):
     # A build that only added resume rules: the manifest it extends (its invariants are
     # byte for byte that manifest's, so a calibration of that manifest still holds for them).
     extends_sha256: str | None = None
+    # The runner the selective policy runs were made with, where a later build added them.
+    selective_diagnostics_sha256: str | None = None
 
 
 POLICY = (
@@ -197,7 +211,11 @@ POLICY = (
     "invariants the reference runs never trigger. Where the packet declares how its runs "
     "checkpoint and resume, the same policy applies to the resume rules (a value preserved "
     "between a straight run and its resume from a mid checkpoint), learned from a healthy "
-    "baseline probe at the packet's seed and checked against probes at the same seeds."
+    "baseline probe at the packet's seed and checked against probes at the same seeds. "
+    "Then the policy runs again with the kept rules in the collection the agent's tool makes "
+    "(TrainCheck's selective collection: only the calls the kept invariants name are "
+    "recorded, and the resume probes record none), and what those runs violate is dropped "
+    "too."
 )
 
 
@@ -209,10 +227,15 @@ def run_summary(variant: str, seed: int, record: dict[str, Any]) -> RunSummary:
 
 
 def traced_run(box: DiagnosticsBox, tree: str, out: str, config: str, args: list[str],
-               wall_s: float, *, traced: bool = True) -> dict[str, Any]:
+               wall_s: float, *, traced: bool = True,
+               selective: str | None = None) -> dict[str, Any]:
+    """One contained run; ``selective`` (an invariants file in the box) narrows what the
+    traced run records to what those invariants name."""
     cmd = ["run", "--src", tree, "--out", out, "--config", config, "--wall-s", str(wall_s)]
     if traced:
         cmd.append("--traced")
+    if selective is not None:
+        cmd += ["--invariants", selective]
     return box.call([*cmd, "--", *args], timeout_s=wall_s + 120)
 
 
@@ -296,10 +319,12 @@ def _record_dropped(dest: Path, section: str, config: str,
 
 
 def resume_probe(box: DiagnosticsBox, tree: str, out: str, config: str, args: list[str],
-                 spec: ResumeProbeSpec, wall_s: float) -> dict[str, Any]:
+                 spec: ResumeProbeSpec, wall_s: float, *,
+                 selective: bool = False) -> dict[str, Any]:
     """A straight traced run and its resume (``python -m diagnostics resume-probe``)."""
     return box.call(["resume-probe", "--src", tree, "--out", out, "--config", config,
-                     "--spec", spec.model_dump_json(), "--wall-s", str(wall_s), "--", *args],
+                     "--spec", spec.model_dump_json(), "--wall-s", str(wall_s),
+                     *(["--selective"] if selective else []), "--", *args],
                     timeout_s=2 * wall_s + 180)
 
 
@@ -313,12 +338,69 @@ def probe_summary(variant: str, seed: int, record: dict[str, Any]) -> ProbeSumma
                         wall_s=record["wall_s"])
 
 
-def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, baseline: str, reference: str,
+Checks = list[tuple[PolicyRole, int, list[dict[str, Any]]]]
+
+
+def _resume_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
+                   config: str, rules: str, *, selective: bool,
+                   log: Callable[[str], None]) -> tuple[Checks, list[ResumePolicyProbe]]:
+    """The policy's probes (healthy baseline and reference at the policy seeds) checked
+    against the resume rules in ``rules``."""
+    assert spec.resume is not None
+    probes: list[ResumePolicyProbe] = []
+    checks: Checks = []
+    for role, seed in _policy_plan(spec):
+        name = f"{config}-resume-{'sel-' if selective else ''}{role}-s{seed}"
+        record = resume_probe(box, trees[role], f"{RUNS}/{name}", config,
+                              spec.train_args(feature=role == "reference", seed=seed),
+                              spec.resume, spec.wall_s, selective=selective)
+        _require_ok(record, f"{config} resume probe of the {_run_label(role, seed)}")
+        result = resume_check(box, f"{RUNS}/{name}", rules)
+        checks.append((role, seed, result["violations"]))
+        probes.append(ResumePolicyProbe(
+            role=role, probe=probe_summary("baseline" if role == "healthy" else "reference",
+                                           seed, record),
+            violated_ids=sorted({v["id"] for v in result["violations"]})))
+        log(f"{config}: {'selective ' if selective else ''}resume probe of the "
+            f"{_run_label(role, seed)} violates {len(result['violations'])}")
+    return checks, probes
+
+
+def _invariant_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
+                      config: str, invariants: str, *, selective: bool,
+                      log: Callable[[str], None]) -> tuple[Checks, list[PolicyRun]]:
+    """The policy's traced runs checked against the invariants in ``invariants``; with
+    ``selective``, each run collects only what those invariants name."""
+    policy_runs: list[PolicyRun] = []
+    checks: Checks = []
+    for role, seed in _policy_plan(spec):
+        name = f"{config}-{'sel-' if selective else ''}{role}-s{seed}"
+        record = traced_run(box, trees[role], f"{RUNS}/{name}", config,
+                            spec.train_args(feature=role == "reference", seed=seed),
+                            spec.wall_s, selective=invariants if selective else None)
+        _require_ok(record, f"{config} {_run_label(role, seed)}")
+        result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk")
+        checks.append((role, seed, result["violations"]))
+        policy_runs.append(PolicyRun(
+            role=role, run=run_summary("baseline" if role == "healthy" else "reference", seed,
+                                       record),
+            violated_ids=sorted({v["id"] for v in result["violations"]}),
+            check_s=result["wall_s"]))
+        log(f"{config}: {'selective ' if selective else ''}{_run_label(role, seed)} violates "
+            f"{len(result['violations'])}")
+    return checks, policy_runs
+
+
+def _write_rules(path: Path, rules: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rules))
+
+
+def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
                  config: str, dest: Path, log: Callable[[str], None]) -> FrozenResume:
     """Learn the resume rules from a healthy baseline probe and apply the same policy as to
     the invariants: a rule any policy probe violates is dropped."""
     assert spec.resume is not None
-    learn = resume_probe(box, baseline, f"{RUNS}/{config}-resume-learn", config,
+    learn = resume_probe(box, trees["healthy"], f"{RUNS}/{config}-resume-learn", config,
                          spec.train_args(feature=False), spec.resume, spec.wall_s)
     _require_ok(learn, f"{config} resume learning probe")
     learned_path = f"{RUNS}/{config}.resume-learned.json"
@@ -328,27 +410,12 @@ def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, baseline: str, refe
         raise HarnessError(f"{config}: the healthy resume probe gave no resume rule",
                            "see the probe's traces; the state observation recorded nothing")
     log(f"{config}: {made['n_rules']} resume rules from a probe of {learn['wall_s']:.0f} s")
-    probes: list[ResumePolicyProbe] = []
-    checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]] = []
-    for role, seed in _policy_plan(spec):
-        tree = baseline if role == "healthy" else reference
-        name = f"{config}-resume-{role}-s{seed}"
-        record = resume_probe(box, tree, f"{RUNS}/{name}", config,
-                              spec.train_args(feature=role == "reference", seed=seed),
-                              spec.resume, spec.wall_s)
-        _require_ok(record, f"{config} resume probe of the {_run_label(role, seed)}")
-        result = resume_check(box, f"{RUNS}/{name}", learned_path)
-        checks.append((role, seed, result["violations"]))
-        probes.append(ResumePolicyProbe(
-            role=role, probe=probe_summary("baseline" if role == "healthy" else "reference",
-                                           seed, record),
-            violated_ids=sorted({v["id"] for v in result["violations"]})))
-        log(f"{config}: resume probe of the {_run_label(role, seed)} violates "
-            f"{len(result['violations'])}")
+    checks, probes = _resume_policy(box, spec, trees, config, learned_path, selective=False,
+                                    log=log)
     learned = _json_lines(box, learned_path)
     decision = apply_policy(learned, checks)
     rules_path = dest / f"{config}.resume.json"
-    rules_path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in decision.kept))
+    _write_rules(rules_path, decision.kept)
     _record_dropped(dest, "resume_dropped", config, decision.dropped)
     log(f"{config}: kept {len(decision.kept)} of {len(learned)} resume rules")
     return FrozenResume(
@@ -358,12 +425,43 @@ def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, baseline: str, refe
         learn_probe=probe_summary("baseline", spec.seed, learn), policy_probes=probes)
 
 
-def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference: str,
+def _freeze_invariants(dest: Path, config: str, kept: list[dict[str, Any]],
+                       ) -> tuple[Path, dict[str, int]]:
+    """The frozen invariants file and the kept count per relation."""
+    by_relation: dict[str, int] = {}
+    for inv in kept:
+        by_relation[inv["relation"]] = by_relation.get(inv["relation"], 0) + 1
+    inv_path = dest / f"{config}.invariants.json.gz"
+    # mtime=0: the same invariants give the same bytes, so the hash pins the content.
+    inv_path.write_bytes(gzip.compress(
+        ("\n".join(json.dumps(inv, sort_keys=True) for inv in kept) + "\n").encode(), mtime=0))
+    return inv_path, dict(sorted(by_relation.items()))
+
+
+def _freeze_control(dest: Path, config: str, violations: list[Violation]) -> Path:
+    """What the healthy runs violated: none of it is in the frozen set, so a diagnostic that
+    discounts it (the agent's tool does) discounts nothing it could report."""
+    control_path = dest / f"{config}.control.json"
+    control_path.write_text(json.dumps(
+        {"config": config, "violated_ids": [v.id for v in violations],
+         "violations": [v.model_dump() for v in violations]}, indent=1) + "\n")
+    return control_path
+
+
+def _healthy_violations(checks: Checks, earlier: list[Violation]) -> list[Violation]:
+    found = {v.id: v for v in earlier}
+    found.update({v["id"]: Violation.model_validate(v)
+                  for role, _, violations in checks if role == "healthy" for v in violations})
+    return [found[k] for k in sorted(found)]
+
+
+def build_config(box: DiagnosticsBox, files: TaskFiles, trees: dict[PolicyRole, str],
                  config: str, dest: Path, log: Callable[[str], None]) -> FrozenConfig:
     spec = files.packet.spec.diagnostics
     assert spec is not None
     base_args = spec.train_args(feature=False)
-    learn = traced_run(box, baseline, f"{RUNS}/{config}-learn", config, base_args, spec.wall_s)
+    learn = traced_run(box, trees["healthy"], f"{RUNS}/{config}-learn", config, base_args,
+                       spec.wall_s)
     _require_ok(learn, f"{config} learning run")
     log(f"{config}: learning run {learn['wall_s']:.0f} s; inferring")
     invariants = f"{RUNS}/{config}.learned.json"
@@ -374,55 +472,84 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, baseline: str, reference
         raise HarnessError(f"{config}: inference gave no invariants ({inferred['outcome']}): "
                            f"{inferred.get('log_tail', '')[-300:]}", "see the infer log")
     log(f"{config}: {inferred['n_invariants']} invariants in {inferred['wall_s']:.0f} s")
-
-    policy_runs: list[PolicyRun] = []
-    checks: list[tuple[PolicyRole, int, list[dict[str, Any]]]] = []
-    for role, seed in _policy_plan(spec):
-        tree = baseline if role == "healthy" else reference
-        args = spec.train_args(feature=role == "reference", seed=seed)
-        name = f"{config}-{role}-s{seed}"
-        record = traced_run(box, tree, f"{RUNS}/{name}", config, args, spec.wall_s)
-        _require_ok(record, f"{config} {_run_label(role, seed)}")
-        result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk")
-        checks.append((role, seed, result["violations"]))
-        policy_runs.append(PolicyRun(
-            role=role, run=run_summary("baseline" if role == "healthy" else "reference", seed,
-                                       record),
-            violated_ids=sorted({v["id"] for v in result["violations"]}),
-            check_s=result["wall_s"]))
-        log(f"{config}: {_run_label(role, seed)} violates {len(result['violations'])}")
-
+    checks, policy_runs = _invariant_policy(box, spec, trees, config, invariants,
+                                            selective=False, log=log)
     learned = _json_lines(box, invariants)
     decision = apply_policy(learned, checks)
-    kept_lines = [json.dumps(inv, sort_keys=True) for inv in decision.kept]
-    by_relation: dict[str, int] = {}
-    for inv in decision.kept:
-        by_relation[inv["relation"]] = by_relation.get(inv["relation"], 0) + 1
-    inv_path = dest / f"{config}.invariants.json.gz"
-    # mtime=0: the same invariants give the same bytes, so the hash pins the content.
-    inv_path.write_bytes(gzip.compress(("\n".join(kept_lines) + "\n").encode(), mtime=0))
-    # The healthy runs' violations: none of them is in the frozen set, so a diagnostic that
-    # discounts them (the agent's tool does) discounts nothing it could report.
-    healthy = {v["id"]: v for role, _, found in checks if role == "healthy" for v in found}
-    control_violations = [Violation.model_validate(v)
-                          for _, v in sorted(healthy.items())]
-    control_path = dest / f"{config}.control.json"
-    control_path.write_text(json.dumps(
-        {"config": config, "violated_ids": sorted(healthy),
-         "violations": [v.model_dump() for v in control_violations]}, indent=1) + "\n")
+    inv_path, by_relation = _freeze_invariants(dest, config, decision.kept)
+    control_violations = _healthy_violations(checks, [])
+    control_path = _freeze_control(dest, config, control_violations)
     _record_dropped(dest, "dropped", config, decision.dropped)
-    log(f"{config}: kept {len(kept_lines)} of {len(learned)}, dropped {len(decision.dropped)}")
-    resume = (build_resume(box, spec, baseline, reference, config, dest, log)
+    log(f"{config}: kept {len(decision.kept)} of {len(learned)}, "
+        f"dropped {len(decision.dropped)}")
+    resume = (build_resume(box, spec, trees, config, dest, log)
               if spec.resume is not None else None)
-    return FrozenConfig(
+    entry = FrozenConfig(
         config=config, invariants_file=inv_path.name, invariants_sha256=file_sha256(inv_path),
         control_file=control_path.name, control_sha256=file_sha256(control_path),
-        n_learned=len(learned), n_dropped=len(decision.dropped), n_kept=len(kept_lines),
-        kept_by_relation=dict(sorted(by_relation.items())),
-        control_violations=control_violations,
+        n_learned=len(learned), n_dropped=len(decision.dropped), n_kept=len(decision.kept),
+        kept_by_relation=by_relation, control_violations=control_violations,
         learn_run=run_summary("baseline", spec.seed, learn),
         infer_s=inferred["wall_s"], policy_runs=policy_runs, resume=resume,
     )
+    return build_selective(box, spec, trees, entry, dest, log)
+
+
+def build_selective(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
+                    entry: FrozenConfig, dest: Path,
+                    log: Callable[[str], None]) -> FrozenConfig:
+    """The policy again, in the collection the agent's tool will make: each policy run
+    collects selectively for the kept invariants (the resume probes record no torch call),
+    and what it violates is dropped too. The frozen files are read from and written to
+    ``dest``; the entry returned says the configuration collects selectively.
+
+    Why again: what TrainCheck records changes what it sees. Measured on moe-router cpu-1,
+    a healthy baseline collected selectively violates three frozen APIContain rules
+    (``Optimizer.add_param_group() always calls CustomOpDef.register_fake()``) that every
+    fully collected healthy run satisfies."""
+    config = entry.config
+    kept = [json.loads(line) for line in gzip.decompress(
+        (dest / entry.invariants_file).read_bytes()).decode().splitlines() if line.strip()]
+    selection = f"{RUNS}/{config}.kept.json"
+    box.sandbox.put_file(RUNS, f"{config}.kept.json",
+                         "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept).encode())
+    checks, policy_runs = _invariant_policy(box, spec, trees, config, selection,
+                                            selective=True, log=log)
+    decision = apply_policy(kept, checks)
+    inv_path, by_relation = _freeze_invariants(dest, config, decision.kept)
+    control_violations = _healthy_violations(checks, entry.control_violations)
+    control_path = _freeze_control(dest, config, control_violations)
+    _record_dropped(dest, "selective_dropped", config, decision.dropped)
+    log(f"{config}: selective collection kept {len(decision.kept)} of {len(kept)}")
+    resume = (selective_resume(box, spec, trees, config, entry.resume, dest, log)
+              if entry.resume is not None else None)
+    return entry.model_copy(update={
+        "invariants_sha256": file_sha256(inv_path), "control_sha256": file_sha256(control_path),
+        "n_dropped": entry.n_dropped + len(decision.dropped), "n_kept": len(decision.kept),
+        "kept_by_relation": by_relation, "control_violations": control_violations,
+        "collection": "selective", "selective_policy_runs": policy_runs, "resume": resume})
+
+
+def selective_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
+                     config: str, resume: FrozenResume, dest: Path,
+                     log: Callable[[str], None]) -> FrozenResume:
+    """The resume rules' policy again with probes that record no torch call, as the agent's
+    tool probes a configuration that collects selectively."""
+    rules_path = dest / resume.rules_file
+    rules = [json.loads(line) for line in rules_path.read_text().splitlines() if line.strip()]
+    box.sandbox.put_file(RUNS, f"{config}.resume-kept.json", rules_path.read_bytes())
+    checks, probes = _resume_policy(box, spec, trees, config,
+                                    f"{RUNS}/{config}.resume-kept.json", selective=True,
+                                    log=log)
+    decision = apply_policy(rules, checks)
+    _write_rules(rules_path, decision.kept)
+    _record_dropped(dest, "selective_resume_dropped", config, decision.dropped)
+    log(f"{config}: selective resume probes kept {len(decision.kept)} of {len(rules)} "
+        "resume rules")
+    return resume.model_copy(update={
+        "rules_sha256": file_sha256(rules_path),
+        "n_dropped": resume.n_dropped + len(decision.dropped),
+        "n_kept": len(decision.kept), "selective_policy_probes": probes})
 
 
 def traincheck_version(box: DiagnosticsBox) -> str:
@@ -433,11 +560,17 @@ def traincheck_version(box: DiagnosticsBox) -> str:
 
 def build_reference(files: TaskFiles, configs: list[str], *,
                     client: docker.DockerClient | None = None, resume_only: bool = False,
+                    selective_only: bool = False,
                     log: Callable[[str], None] = print) -> ReferenceManifest:
-    """Build and freeze the reference of ``configs``; with ``resume_only``, add the resume
-    rules to configurations already frozen and keep their invariants as they are."""
+    """Build and freeze the reference of ``configs``. With ``resume_only``, add the resume
+    rules to configurations already frozen and keep their invariants as they are; with
+    ``selective_only``, apply the policy again to configurations already frozen with runs
+    collected selectively (``build_selective``), dropping what those runs violate."""
     spec = files.packet.spec.diagnostics
     assert spec is not None
+    if resume_only and selective_only:
+        raise HarnessError("--resume-only and --selective-only are two separate builds",
+                           "run one, then the other")
     client = client or images.docker_client()
     dest = files.reports / "reference"
     dest.mkdir(parents=True, exist_ok=True)
@@ -445,23 +578,31 @@ def build_reference(files: TaskFiles, configs: list[str], *,
     previous = (ReferenceManifest.model_validate_json(manifest_path.read_text())
                 if manifest_path.exists() else None)
     frozen: dict[str, FrozenConfig] = dict(previous.configs) if previous else {}
-    if resume_only:
-        if spec.resume is None:
-            raise HarnessError(f"the packet of {files.task} declares no diagnostics.resume",
-                               "declare how its runs checkpoint and resume in packet.yaml")
+    partial = resume_only or selective_only
+    if resume_only and spec.resume is None:
+        raise HarnessError(f"the packet of {files.task} declares no diagnostics.resume",
+                           "declare how its runs checkpoint and resume in packet.yaml")
+    if partial:
         missing = [c for c in configs if c not in frozen]
         if previous is None or missing:
             raise HarnessError(f"no frozen invariants of {files.task} for "
-                               f"{', '.join(missing or configs)} to add resume rules to",
+                               f"{', '.join(missing or configs)} to add to",
                                f"build the whole reference: `harness traincheck reference "
                                f"--task {files.task}`")
         if previous.packet_repo_sha256 != reference_tree_sha256(files.packet.repo):
             raise HarnessError(f"the frozen reference of {files.task} was built from another "
                                "packet repo", "rebuild the whole reference")
-    # What a resume-only build keeps of the manifest it extends (checked to exist above).
-    kept = previous if resume_only else None
+        again = [c for c in configs if selective_only and frozen[c].collection == "selective"]
+        if again:
+            raise HarnessError(f"{', '.join(again)} of {files.task} already collect "
+                               "selectively", "rebuild the whole reference to decide again")
+        for config in configs:
+            load_frozen(files, config)  # the files a partial build starts from, hash-checked
+    # What a partial build keeps of the manifest it extends (checked to exist above).
+    kept = previous if partial else None
     version = kept.traincheck_version if kept else ""
-    extended = file_sha256(manifest_path) if kept else None
+    # Only a resume-only build leaves the invariants byte for byte as they were.
+    extended = file_sha256(manifest_path) if resume_only else None
     with tempfile.TemporaryDirectory(prefix="harness-tc-ref-") as tmp:
         variants = {v.name: v for v in build_variants(files, Path(tmp), faults=False)}
         # The new files are made apart and replace the frozen ones only once every
@@ -469,19 +610,32 @@ def build_reference(files: TaskFiles, configs: list[str], *,
         # take most of an hour) leaves the frozen reference as it was.
         staging = Path(tmp) / "frozen-files"
         staging.mkdir()
+        if partial:  # the files a partial build changes in place
+            for config in configs:
+                entry = frozen[config]
+                names = [entry.invariants_file, entry.control_file,
+                         *([entry.resume.rules_file] if entry.resume else [])]
+                for name in names:
+                    shutil.copy(dest / name, staging / name)
         if (dest / "policy.json").is_file():
             shutil.copy(dest / "policy.json", staging / "policy.json")
         for config in configs:
             with DiagnosticsBox(client, f"{files.task}-{config}-ref") as box:
                 version = version or traincheck_version(box)
-                baseline = box.put_tree("baseline", variants["baseline"].tree)
-                reference = box.put_tree("reference", variants["reference"].tree)
+                trees: dict[PolicyRole, str] = {
+                    "healthy": box.put_tree("baseline", variants["baseline"].tree),
+                    "reference": box.put_tree("reference", variants["reference"].tree)}
                 if resume_only:
-                    frozen[config] = frozen[config].model_copy(update={"resume": build_resume(
-                        box, spec, baseline, reference, config, staging, log)})
+                    resume = build_resume(box, spec, trees, config, staging, log)
+                    if frozen[config].collection == "selective":
+                        resume = selective_resume(box, spec, trees, config, resume, staging,
+                                                  log)
+                    frozen[config] = frozen[config].model_copy(update={"resume": resume})
+                elif selective_only:
+                    frozen[config] = build_selective(box, spec, trees, frozen[config],
+                                                     staging, log)
                 else:
-                    frozen[config] = build_config(box, files, baseline, reference, config,
-                                                  staging, log)
+                    frozen[config] = build_config(box, files, trees, config, staging, log)
         for made in sorted(staging.iterdir()):
             shutil.copy(made, dest / made.name)
     runner = reference_tree_sha256(REPO_ROOT / "diagnostics")
@@ -494,9 +648,12 @@ def build_reference(files: TaskFiles, configs: list[str], *,
         packet_repo_sha256=reference_tree_sha256(files.packet.repo),
         diagnostics_sha256=kept.diagnostics_sha256 if kept else runner, policy=POLICY,
         configs=dict(sorted(frozen.items())),
-        resume_diagnostics_sha256=(runner if any(c.resume for c in frozen.values())
-                                   else None),
-        extends_sha256=extended)
+        resume_diagnostics_sha256=(
+            (runner if resume_only or not kept else kept.resume_diagnostics_sha256)
+            if any(c.resume for c in frozen.values()) else None),
+        extends_sha256=extended,
+        selective_diagnostics_sha256=(runner if selective_only or not kept
+                                      else kept.selective_diagnostics_sha256))
     manifest_path.write_text(manifest.model_dump_json(indent=1) + "\n")
     return manifest
 
