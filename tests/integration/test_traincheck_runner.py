@@ -8,6 +8,7 @@ and the trace's environment dump holds no secret.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import docker
@@ -78,6 +79,49 @@ def test_tracer_crash_is_a_failure_not_zero_violations(box: DiagnosticsBox) -> N
     assert record["outcome"] == "crash"
     assert record["cause"].startswith("exit code")
     assert "ranks" in record and not record["ranks"]
+
+
+# One frozen-format invariant naming two torch functions the fixture calls every step.
+_ONE_INVARIANT = json.dumps({
+    "num_negative_examples": 0, "num_positive_examples": 2,
+    "params": [{"api_full_name": "torch.optim.lr_scheduler.LRScheduler.step",
+                "param_type": "APIParam"},
+               {"api_full_name": "torch.optim.optimizer.Optimizer.zero_grad",
+                "param_type": "APIParam"}],
+    "precondition": {"func_lead": {"inverted": False,
+                                   "preconditions": [{"clauses": "Unconditional"}]}},
+    "relation": "FunctionLeadRelation",
+    "text_description": "LRScheduler.step() always precedes Optimizer.zero_grad()"})
+
+_CALLED = ("import glob, json, sys\n"
+           "names = set()\n"
+           "for path in glob.glob(sys.argv[1] + '/trace_API_*'):\n"
+           "    names |= {json.loads(line)['function'] for line in open(path) if line.strip()}\n"
+           "print(json.dumps(sorted(names)))")
+
+
+def test_selective_collection_records_only_what_the_invariants_name(
+        box: DiagnosticsBox) -> None:
+    """TrainCheck reads its selection by a path relative to where the program starts; a run
+    that moved away first recorded every torch call whatever it was given."""
+    src = box.put_tree("selective", TREE)
+    box.sandbox.put_file("/workspace", "one.json", (_ONE_INVARIANT + "\n").encode())
+    record = traced_run(box, src, f"{RUNS}/selective", "gloo-ddp-2", ["--steps", "3"], 240,
+                        selective="/workspace/one.json")
+    assert record["outcome"] == "ok", record["cause"]
+    assert set(record["ranks"]) == {"0", "1"}
+    called = box.sandbox.exec(["python", "-c", _CALLED, record["trace_dir"]], timeout_s=60)
+    assert json.loads(called.output.strip().splitlines()[-1]) == [
+        "torch.optim.lr_scheduler.LRScheduler.step", "torch.optim.optimizer.Optimizer.zero_grad"]
+    # Every rank still has its sampled parameters after each step.
+    assert all(rank["var_records"] > 0 for rank in record["ranks"].values())
+    # An empty selection records no call, and the run is not taken for a missing rank.
+    box.sandbox.put_file("/workspace", "none.json", b"")
+    bare = traced_run(box, src, f"{RUNS}/selective-none", "gloo-ddp-2", ["--steps", "3"], 240,
+                      selective="/workspace/none.json")
+    assert bare["outcome"] == "ok", bare["cause"]
+    assert all(not rank["api_files"] and rank["var_records"] > 0
+               for rank in bare["ranks"].values())
 
 
 def test_hung_rank_is_killed_at_the_wall_limit(box: DiagnosticsBox) -> None:
