@@ -121,20 +121,32 @@ def calibrate(task: TaskOption,
               = False,
               resume_only: Annotated[bool, typer.Option(
                   help="add the resume probe to the committed calibration's rows (after "
-                  "`harness traincheck reference --resume-only`)")] = False) -> None:
+                  "`harness traincheck reference --resume-only`)")] = False,
+              regressions: Annotated[bool, typer.Option(
+                  help="run the oracle's regressions as held-out variants instead of the "
+                  "calibration faults (a separate report: heldout-regressions.md)")] = False,
+              ) -> None:
     """Calibration: every calibration fault, the oracle's verdict vs TrainCheck's, with costs."""
     from harness.traincheck.track import (
         add_resume_to_calibration,
         cpu_configs,
         rejudge_calibration,
         run_calibration,
+        run_heldout_regressions,
     )
     from harness.traincheck.variants import task_files
 
-    if rejudge and resume_only:
-        raise HarnessError("--rejudge runs nothing and --resume-only runs the resume probes",
+    if sum((rejudge, resume_only, regressions)) > 1:
+        raise HarnessError("--rejudge, --resume-only and --regressions are separate runs",
                            "choose one of them")
     files = task_files(task)
+    if regressions:
+        report = run_heldout_regressions(files, cpu_configs(config), log=log)
+        log(f"wrote {files.reports / 'heldout-regressions.md'} and .json")
+        s = report.summary
+        console.print(f"regressions detected {s.faults_detected}/{s.faults_confirmed}; false "
+                      f"alarms {s.false_alarms}/{s.controls}")
+        return
     if rejudge:
         report = rejudge_calibration(files)
     elif resume_only:

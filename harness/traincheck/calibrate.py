@@ -60,6 +60,14 @@ Verdict = Literal["detected", "not_detected", "false_alarm", "clean", "program_c
                   "program_hang", "diagnostic_failure"]
 
 
+# Variants the oracle fails on purpose: a TrainCheck violation on one is a detection.
+KNOWN_BAD = ("fault", "regression")
+
+
+def known_bad(kind: str) -> bool:
+    return kind in KNOWN_BAD
+
+
 class OracleVerdict(BaseModel):
     verdict: str  # the grader's verdict on this variant in gold validation
     failing_contracts: list[str]
@@ -117,6 +125,9 @@ class CalibrationReport(BaseModel):
     reference_manifest_sha256: str
     configs: dict[str, ConfigCalibration]
     summary: CalibrationSummary
+    # What the known-bad rows are: the calibration faults, or the oracle regressions run as
+    # held-out variants (nothing of the diagnostic was decided on them).
+    variants: Literal["faults", "regressions"] = "faults"
 
 
 def oracle_verdicts(files: TaskFiles, variants: list[Variant]) -> dict[str, OracleVerdict]:
@@ -135,7 +146,7 @@ def oracle_verdicts(files: TaskFiles, variants: list[Variant]) -> dict[str, Orac
         failing = sorted(c for c, o in graded.outcomes.items() if o in FAILING)
         verdicts[variant.name] = OracleVerdict(
             verdict=graded.verdict, failing_contracts=failing,
-            confirmed=not graded.mismatches and (variant.kind != "fault" or bool(failing)),
+            confirmed=not graded.mismatches and (not known_bad(variant.kind) or bool(failing)),
             source=str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path))
     return verdicts
 
@@ -175,7 +186,8 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
     second = spec.seed + SECOND_HEALTHY_SEED_OFFSET
     # Baseline and reference come first, then the faults, then the healthy runs again at the
     # second held-out seed.
-    plan = [(v, seed) for v in variants] + [(v, second) for v in variants if v.kind != "fault"]
+    plan = [(v, seed) for v in variants] + [(v, second) for v in variants
+                                                   if not known_bad(v.kind)]
     for variant, run_seed in plan:
         name = variant.name.replace(":", "-") + ("" if run_seed == seed else f"-s{run_seed}")
         record = traced_run(box, trees[variant.name], f"{RUNS}/{config}-{name}", config,
@@ -211,7 +223,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             row.update(resume_outcome=outcome, resume_cause=cause, resume_s=seconds)
             found += broken
         beyond_control = [v for v in found if v.id not in control_ids]
-        if variant.kind == "fault":
+        if known_bad(variant.kind):
             beyond_matching = _beyond(beyond_control, healthy)
             verdict = "detected" if beyond_matching else "not_detected"
         else:
@@ -274,10 +286,10 @@ def judge(cal: ConfigCalibration) -> ConfigCalibration:
     healthy runs (baseline and reference) of the same configuration and seed."""
     healthy: dict[int, set[str]] = {}
     for r in cal.rows:
-        if r.kind != "fault":
+        if not known_bad(r.kind):
             healthy.setdefault(r.seed, set()).update(v.id for v in r.beyond_control)
     for row in cal.rows:
-        if row.kind != "fault" or row.check_outcome != "ok":
+        if not known_bad(row.kind) or row.check_outcome != "ok":
             continue
         row.beyond_matching = _beyond(row.beyond_control, healthy.get(row.seed, set()))
         row.verdict = _with_probe_failure(
@@ -297,7 +309,7 @@ def summarise(configs: dict[str, ConfigCalibration],
     false_alarms = controls = 0
     for cal in configs.values():
         for row in cal.rows:
-            if row.kind == "fault":
+            if known_bad(row.kind):
                 if row.oracle is not None and row.oracle.confirmed:
                     confirmed.add(row.variant)
                 if row.verdict == "detected":
@@ -349,15 +361,18 @@ def fault_coverage(report: CalibrationReport) -> dict[str, tuple[list[str], list
 
 def calibrate(files: TaskFiles, configs: list[str], *, command: str,
               unsupported: list[str] | None = None,
-              client: docker.DockerClient | None = None,
+              client: docker.DockerClient | None = None, regressions: bool = False,
               log: Callable[[str], None] = print) -> CalibrationReport:
+    """Every known-bad variant (the calibration faults, or with ``regressions`` the oracle
+    regressions instead) and the healthy controls, per configuration."""
     spec = files.packet.spec.diagnostics
     assert spec is not None
     client = client or images.docker_client()
     manifest_path = files.reports / "reference" / "manifest.json"
     results: dict[str, ConfigCalibration] = {}
     with tempfile.TemporaryDirectory(prefix="harness-calibrate-") as tmp:
-        variants = build_variants(files, Path(tmp), faults=True)
+        variants = build_variants(files, Path(tmp), faults=not regressions,
+                                  regressions=regressions)
         oracle = oracle_verdicts(files, variants)
         for config in configs:
             load_frozen(files, config)  # fail before starting anything if it is missing
@@ -370,7 +385,8 @@ def calibrate(files: TaskFiles, configs: list[str], *, command: str,
     return CalibrationReport(
         task=files.task, command=command, seed=spec.seed + CALIBRATION_SEED_OFFSET,
         reference_manifest_sha256=file_sha256(manifest_path), configs=results,
-        summary=summarise(results, unsupported or []))
+        summary=summarise(results, unsupported or []),
+        variants="regressions" if regressions else "faults")
 
 
 def add_resume(files: TaskFiles, configs: list[str], *, command: str,
@@ -440,7 +456,7 @@ def add_resume(files: TaskFiles, configs: list[str], *, command: str,
                     log(f"{config} {row.variant} seed {row.seed}: resume probe "
                         f"{row.resume_outcome}, {len(row.beyond_control)} beyond control")
             for row in cal.rows:
-                if row.kind != "fault" and row.check_outcome == "ok":
+                if not known_bad(row.kind) and row.check_outcome == "ok":
                     row.beyond_matching = row.beyond_control
                     row.verdict = _with_probe_failure(
                         "false_alarm" if row.beyond_control else "clean", row.resume_outcome)
@@ -453,25 +469,33 @@ def add_resume(files: TaskFiles, configs: list[str], *, command: str,
 
 
 def _seeds(report: CalibrationReport) -> str:
-    seeds = sorted({r.seed for c in report.configs.values() for r in c.rows if r.kind != "fault"})
+    seeds = sorted({r.seed for c in report.configs.values() for r in c.rows
+                    if not known_bad(r.kind)})
     return " and ".join(str(s) for s in seeds)
 
 
 def render_markdown(report: CalibrationReport) -> str:
     s = report.summary
-    lines = [f"# TrainCheck calibration (known faults, oracle vs TrainCheck): {report.task}", "",
-             f"Made by `{report.command}`; held-out seed {report.seed}; frozen reference "
-             f"manifest sha256 `{report.reference_manifest_sha256[:16]}`.", "",
+    if report.variants == "regressions":
+        title, bad = "held-out oracle regressions, oracle vs TrainCheck", "regressions"
+        intro = ("The known-bad rows are the oracle's regressions (`regressions/<id>/`), run "
+                 "as held-out variants: neither the instrumentation nor the reference's policy "
+                 "was decided on them. ")
+    else:
+        title, bad, intro = "known faults, oracle vs TrainCheck", "faults", ""
+    lines = [f"# TrainCheck calibration ({title}): {report.task}", "",
+             f"{intro}Made by `{report.command}`; held-out seed {report.seed}; frozen "
+             f"reference manifest sha256 `{report.reference_manifest_sha256[:16]}`.", "",
              "## Summary", "",
-             f"- faults detected by TrainCheck / oracle-confirmed faults: "
+             f"- {bad} detected by TrainCheck / oracle-confirmed {bad}: "
              f"**{s.faults_detected} / {s.faults_confirmed}**"
              + (f" ({', '.join(f'{k} on {v}' for k, v in s.detected.items())})"
                 if s.detected else ""),
              f"- false alarms / healthy control runs (baseline and reference at the held-out "
              f"seeds {_seeds(report)}, every configuration): **{s.false_alarms} / {s.controls}**",
-             "- runs where the faulty program itself crashed or hung (not a TrainCheck "
-             "detection): " + (", ".join(f"{k} on {v}" for k, v in s.program_failures.items())
-                               or "none"),
+             f"- runs where the program itself crashed or hung (one of the {bad}; not a "
+             "TrainCheck detection): "
+             + (", ".join(f"{k} on {v}" for k, v in s.program_failures.items()) or "none"),
              "- graded contracts with no TrainCheck support: "
              + (", ".join(f"`{c}`" for c in s.unsupported_contracts) or "see capabilities.md"),
              "",
@@ -502,7 +526,7 @@ def render_markdown(report: CalibrationReport) -> str:
                 oracle = (f"{row.oracle.verdict}" + (f", fails {len(row.oracle.failing_contracts)}"
                                                      if row.oracle.failing_contracts else "")
                           + ("" if row.oracle.confirmed else " (NOT confirmed)"))
-            elif row.kind == "fault":
+            elif known_bad(row.kind):
                 oracle = "not in gold validation"
             rules = "; ".join(sorted({f"{v.rule} [{v.relation}] (step {v.first_step}, ranks "
                                       f"{v.ranks})" for v in row.beyond_matching}))[:400]

@@ -101,3 +101,14 @@ def run_calibration(files: TaskFiles, configs: list[str], *,
                            unsupported=unsupported, log=log)
     write_report(files.reports, "calibration", report, cal.render_markdown(report))
     return report
+
+
+def run_heldout_regressions(files: TaskFiles, configs: list[str], *,
+                            log: Callable[[str], None]) -> cal.CalibrationReport:
+    """Detection on the oracle regressions as held-out variants, apart from calibration
+    (``heldout-regressions.{json,md}``)."""
+    report = cal.calibrate(files, configs, regressions=True, log=log,
+                           command=f"harness calibrate --task {files.task} --regressions "
+                           + " ".join(f"--config {c}" for c in configs))
+    write_report(files.reports, "heldout-regressions", report, cal.render_markdown(report))
+    return report

@@ -25,7 +25,7 @@ VALIDATION_ROOT = REPO_ROOT / "reports" / "validation"
 
 class Variant(BaseModel):
     name: str
-    kind: Literal["baseline", "reference", "fault"]
+    kind: Literal["baseline", "reference", "fault", "regression"]
     tree: Path
     feature: bool  # whether the feature flags apply (the baseline does not accept them)
     fault: FaultSpec | None = None
@@ -70,8 +70,11 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_variants(files: TaskFiles, work: Path, *, faults: bool) -> list[Variant]:
-    """Trees under ``work`` (which must be empty or missing)."""
+def build_variants(files: TaskFiles, work: Path, *, faults: bool,
+                   regressions: bool = False) -> list[Variant]:
+    """Trees under ``work`` (which must be empty or missing): the baseline, the reference,
+    and with ``faults`` each calibration fault, with ``regressions`` each oracle regression
+    (``regressions/<id>/``, the same two files as a fault), all applied to the reference."""
     baseline = work / "baseline"
     snapshot_baseline(files.packet.repo, baseline)
     reference_patch = (files.hidden / "reference" / "solution.patch").read_bytes()
@@ -82,13 +85,18 @@ def build_variants(files: TaskFiles, work: Path, *, faults: bool) -> list[Varian
         Variant(name="reference", kind="reference", tree=reference, feature=True,
                 patch_sha256=_sha(reference_patch)),
     ]
+    kinds: list[tuple[Literal["fault", "regression"], str]] = []
     if faults:
-        for fault_yaml in sorted(files.hidden.glob("faults/*/fault.yaml")):
+        kinds.append(("fault", "faults"))
+    if regressions:
+        kinds.append(("regression", "regressions"))
+    for kind, folder in kinds:
+        for fault_yaml in sorted(files.hidden.glob(f"{folder}/*/fault.yaml")):
             spec = load_yaml(fault_yaml, FaultSpec)
             assert isinstance(spec, FaultSpec)
             patch = (fault_yaml.parent / "fault.patch").read_bytes()
-            tree = work / f"fault-{spec.id}"
+            tree = work / f"{kind}-{spec.id}"
             apply_patch(reference, patch, tree)
-            variants.append(Variant(name=f"fault:{spec.id}", kind="fault", tree=tree,
+            variants.append(Variant(name=f"{kind}:{spec.id}", kind=kind, tree=tree,
                                     feature=True, fault=spec, patch_sha256=_sha(patch)))
     return variants

@@ -1,12 +1,19 @@
-"""Cost of one TrainCheck diagnostic run (collect + check) vs the plain run, side by side.
+"""Cost of one TrainCheck diagnostic answer vs the plain run, side by side.
 
 In one treatment container, on the task's healthy baseline and the packet's diagnostic run
-arguments: "plain" is ``train.py`` run by the contained runner without tracing; "full" is
-the traced run recording every torch call plus ``traincheck-check`` against the frozen
-reference invariants; "selective" is the same with TrainCheck's selective collection (the
-traced run given the frozen invariants, so only the functions they name dump records).
-Repetitions are interleaved so the shared machine's noise lands on every side; the ratio of
-medians is printed per configuration, with the traced-run and check parts apart.
+arguments, each repetition runs every arm in turn (interleaved, so the shared machine's noise
+lands on every side), and the ratio of medians is printed per configuration:
+
+- ``plain``: ``train.py`` run by the contained runner without tracing;
+- ``full``: the traced run recording every torch call, plus ``traincheck-check`` against the
+  frozen reference invariants, plus (where the reference has resume rules) the resume probe
+  recording every call and its check: what the agent's tool does where the configuration's
+  collection is full;
+- ``selective``: the same with TrainCheck's selective collection (the traced run given the
+  frozen invariants, so only the functions they name dump records; the probe records no
+  call): what the tool does where the configuration's collection is selective;
+- ``wrapped``: a traced run given an empty selection, not checked: every torch function
+  wrapped, nothing recorded but the sampled parameters, the floor of TrainCheck's collection.
 
 Usage: .venv/bin/python scripts/bench/bench_traincheck.py --task moe-router
        [--config cpu-1 --config gloo-ddp-2] [--reps 2]
@@ -21,10 +28,18 @@ from pathlib import Path
 
 from harness.infra import images
 from harness.traincheck.box import RUNS, DiagnosticsBox
-from harness.traincheck.reference import CPU_CONFIGURATIONS, load_frozen, traced_run
+from harness.traincheck.reference import (
+    CPU_CONFIGURATIONS,
+    load_frozen,
+    resume_check,
+    resume_probe,
+    traced_run,
+)
 from harness.traincheck.variants import build_variants, task_files
 
-ARMS = ("plain", "full", "selective")
+ARMS = ("plain", "full", "selective", "wrapped")
+SELECTION = {"selective": "/workspace/ref.json", "wrapped": "/workspace/none.json"}
+PARTS = ("traced run", "check", "resume probe")
 
 
 def main() -> None:
@@ -41,36 +56,54 @@ def main() -> None:
         baseline = build_variants(files, Path(tmp), faults=False)[0]
         for config in args.config or list(CPU_CONFIGURATIONS):
             _, frozen = load_frozen(files, config)
-            collect_s: dict[str, list[float]] = {arm: [] for arm in ARMS}
-            check_s: dict[str, list[float]] = {arm: [] for arm in ARMS}
+            probing = frozen.resume_rules is not None and spec.resume is not None
+            seconds: dict[str, dict[str, list[float]]] = {
+                arm: {part: [] for part in PARTS} for arm in ARMS}
             violations: dict[str, list[int]] = {arm: [] for arm in ARMS}
             with DiagnosticsBox(client, f"bench-{args.task}-{config}") as box:
                 tree = box.put_tree("baseline", baseline.tree)
                 box.sandbox.put_file("/workspace", "ref.json", frozen.invariants)
+                box.sandbox.put_file("/workspace", "none.json", b"")
+                if frozen.resume_rules is not None:
+                    box.sandbox.put_file("/workspace", "resume.json", frozen.resume_rules)
                 for rep in range(args.reps):
                     for arm in ARMS:
                         run = traced_run(box, tree, f"{RUNS}/{arm}-{rep}", config,
                                          spec.train_args(feature=False), spec.wall_s,
-                                         traced=arm != "plain",
-                                         selective="/workspace/ref.json"
-                                         if arm == "selective" else None)
+                                         traced=arm != "plain", selective=SELECTION.get(arm))
                         assert run["outcome"] == "ok", (arm, run["outcome"], run["cause"])
-                        collect_s[arm].append(run["wall_s"])
-                        if arm == "plain":
+                        seconds[arm]["traced run"].append(run["wall_s"])
+                        if arm not in ("full", "selective"):
                             continue
                         checked = box.call(["check", "--trace", run["trace_dir"],
                                             "--invariants", "/workspace/ref.json",
                                             "--out", f"{RUNS}/chk-{arm}-{rep}"],
                                            timeout_s=1200)
-                        check_s[arm].append(checked["wall_s"])
-                        violations[arm].append(len(checked.get("violations") or []))
-            plain = statistics.median(collect_s["plain"])
+                        seconds[arm]["check"].append(checked["wall_s"])
+                        found = len(checked.get("violations") or [])
+                        if probing:
+                            assert spec.resume is not None
+                            probe_dir = f"{RUNS}/probe-{arm}-{rep}"
+                            probed = resume_probe(box, tree, probe_dir, config,
+                                                  spec.train_args(feature=False), spec.resume,
+                                                  spec.wall_s, selective=arm == "selective")
+                            assert probed["outcome"] == "ok", (arm, probed["cause"])
+                            seconds[arm]["resume probe"].append(probed["wall_s"])
+                            found += len(resume_check(box, probe_dir,
+                                                      "/workspace/resume.json")["violations"])
+                        violations[arm].append(found)
+            plain = statistics.median(seconds["plain"]["traced run"])
             print(f"{args.task} {config}: plain {plain:.1f} s  (medians of {args.reps} "
                   "interleaved reps)")
-            for arm in ARMS[1:]:
-                c, k = statistics.median(collect_s[arm]), statistics.median(check_s[arm])
-                print(f"  {arm:9s} traced run {c:.1f} s + check {k:.1f} s = {c + k:.1f} s, "
-                      f"ratio {(c + k) / plain:.1f}x; violations per rep {violations[arm]}")
+            for arm in ("full", "selective"):
+                parts = {p: statistics.median(v) for p, v in seconds[arm].items() if v}
+                total = sum(parts.values())
+                print(f"  {arm:9s} " + " + ".join(f"{p} {s:.1f} s" for p, s in parts.items())
+                      + f" = {total:.1f} s, ratio {total / plain:.1f}x; violations of the "
+                      f"healthy baseline per rep {violations[arm]}")
+            wrapped = statistics.median(seconds["wrapped"]["traced run"])
+            print(f"  wrapped   traced run recording no call {wrapped:.1f} s, "
+                  f"{wrapped / plain:.1f}x (the floor of collection)")
 
 
 if __name__ == "__main__":
