@@ -51,7 +51,17 @@ def test_calibration_track_on_the_fixture_task(
     assert roles == [("healthy", "baseline", seed + 10), ("healthy", "baseline", seed + 20),
                      ("reference", "reference", seed), ("reference", "reference", seed + 10)]
     assert all(p.run.outcome == "ok" for p in frozen.policy_runs)
-    violated = {i for p in frozen.policy_runs for i in p.violated_ids}
+    # Then the policy again, collected as the agent's tool collects (selectively, for the
+    # kept rules), in rounds until a round's runs violate nothing.
+    assert frozen.collection == "selective"
+    rounds = sorted({p.round for p in frozen.selective_policy_runs})
+    assert rounds == list(range(1, rounds[-1] + 1))
+    last = [p for p in frozen.selective_policy_runs if p.round == rounds[-1]]
+    assert sorted((p.role, p.run.seed) for p in last) == sorted(
+        (p.role, p.run.seed) for p in frozen.policy_runs)
+    assert all(p.run.outcome == "ok" and not p.violated_ids for p in last)
+    violated = {i for p in (*frozen.policy_runs, *frozen.selective_policy_runs)
+                for i in p.violated_ids}
     assert frozen.n_dropped == len(violated)  # every violated rule is dropped, nothing else
     # The resume rules, learned from a healthy probe, with the same policy probes.
     resume = frozen.resume
@@ -59,6 +69,7 @@ def test_calibration_track_on_the_fixture_task(
     assert sorted((p.role, p.probe.seed) for p in resume.policy_probes) == [
         ("healthy", seed + 10), ("healthy", seed + 20), ("reference", seed),
         ("reference", seed + 10)]
+    assert len(resume.selective_policy_probes) == 4
     assert resume.n_kept == resume.n_learned - resume.n_dropped > 0
     _, files_ok = load_frozen(files, "cpu-1")  # hashes verified
     assert files_ok.invariants.count(b"\n") == frozen.n_kept
