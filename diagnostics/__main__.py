@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p_transp.add_argument("--wall-s", type=float, default=600.0, help="per run")
     p_transp.add_argument("--observe-state", action="store_true",
                           help="the traced runs also observe the training state")
+    p_transp.add_argument("--invariants", type=Path,
+                          help="the traced runs collect selectively for these invariants")
     p_transp.add_argument("train_args", nargs=argparse.REMAINDER)
 
     p_probe = sub.add_parser("resume-probe",
@@ -126,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "transparency":
             _emit(transparency.transparency(a.src, a.out, a.config, train_args,
                                             save_every=a.save_every, wall_s=a.wall_s,
-                                            observe_state=a.observe_state))
+                                            observe_state=a.observe_state,
+                                            invariants=a.invariants))
         elif a.command == "resume-probe":
             _emit(resume.probe(a.src, a.out, a.config, train_args, a.spec, wall_s=a.wall_s,
                                selective=a.selective))

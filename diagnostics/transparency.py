@@ -331,11 +331,13 @@ def _run_record(record: dict[str, Any], out: Path, ckpt: Path, *, seed: int,
 
 
 def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
-                 save_every: int, wall_s: float, observe_state: bool = False) -> dict[str, Any]:
+                 save_every: int, wall_s: float, observe_state: bool = False,
+                 invariants: Path | None = None) -> dict[str, Any]:
     """Run the seven runs of one configuration and compare them; writes out/transparency.json.
 
     ``observe_state``: the traced runs also observe the training state (``observe.py``), as
-    the resume probe's runs do."""
+    the resume probe's runs do. ``invariants``: the traced runs collect selectively for
+    them, as the agent's tool does where the reference says so."""
     steps_text = option_value(train_args, "--steps")
     seed_text = option_value(train_args, "--seed")
     if steps_text is None or seed_text is None:
@@ -374,7 +376,8 @@ def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
             args += ["--resume", str(found[mid])]
             resume_step = mid
         record = collect_run(src, run_out, config, args, traced=traced, wall_s=wall_s,
-                             observe_state=observe_state and traced)
+                             observe_state=observe_state and traced,
+                             invariants=invariants if traced else None)
         runs[label] = _run_record(record, run_out, ckpt, seed=seed + seed_offset,
                                   resume_from=resume_from, resume_step=resume_step)
     runs_s = time.monotonic() - started
@@ -404,7 +407,7 @@ def transparency(src: Path, out: Path, config: str, train_args: list[str], *,
     result = {
         "config": config, "src": str(src), "train_args": train_args, "steps": steps,
         "seed": seed, "save_every": save_every, "mid_step": mid, "final_step": final,
-        "observe_state": observe_state,
+        "observe_state": observe_state, "selective": invariants is not None,
         "torch_version": torch.__version__, "runs": runs, "comparisons": comparisons,
         "runs_s": round(runs_s, 3), "compare_s": round(time.monotonic() - started - runs_s, 3),
     }

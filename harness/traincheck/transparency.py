@@ -29,7 +29,7 @@ from grading.hashing import reference_tree_sha256
 from harness.infra import images
 from harness.paths import REPO_ROOT
 from harness.traincheck.box import RUNS, DiagnosticsBox
-from harness.traincheck.reference import traincheck_version
+from harness.traincheck.reference import ReferenceManifest, load_frozen, traincheck_version
 from harness.traincheck.variants import TaskFiles, build_variants
 
 TRANSPARENCY_STEPS = 4
@@ -125,6 +125,9 @@ class ConfigTransparency(BaseModel):
     final_step: int
     # The traced runs also observed the training state, as the resume probe's runs do.
     observe_state: bool = False
+    # The traced runs collected selectively for the frozen invariants, as the agent's tool
+    # does for this configuration (the frozen reference's ``collection``).
+    selective: bool = False
     runs: dict[str, RunRecord]
     comparisons: list[Comparison]
     costs: Costs
@@ -142,8 +145,10 @@ class ConfigTransparency(BaseModel):
         for label, run in self.runs.items():
             if not run.traced or run.outcome != "ok":
                 continue
+            # A selective run records only the calls its selection names, maybe none.
+            kinds = ("var",) if self.selective else ("api", "var")
             for rank, counts in sorted(run.trace_records.items()):
-                missing = [kind for kind in ("api", "var") if not counts.get(kind)]
+                missing = [kind for kind in kinds if not counts.get(kind)]
                 if missing:
                     gaps.append(f"{label}: rank {rank} has no "
                                 f"{' and no '.join(k.upper() for k in missing)} trace records")
@@ -183,6 +188,13 @@ def check_config(box: DiagnosticsBox, files: TaskFiles, tree: str, config: str, 
     args = transparency_args(files)
     out = f"{RUNS}/{config}-transparency"
     observe = ["--observe-state"] if spec.resume is not None else []
+    manifest_path = files.reports / "reference" / "manifest.json"
+    if manifest_path.exists() and config in ReferenceManifest.model_validate_json(
+            manifest_path.read_text()).configs:
+        manifest, frozen = load_frozen(files, config)
+        if manifest.configs[config].collection == "selective":
+            box.sandbox.put_file(RUNS, f"{config}.selection.json", frozen.invariants)
+            observe += ["--invariants", f"{RUNS}/{config}.selection.json"]
     result = box.call(["transparency", "--src", tree, "--out", out, "--config", config,
                        "--save-every", str(SAVE_EVERY), "--wall-s", str(spec.wall_s),
                        *observe, "--", *args], timeout_s=N_RUNS * spec.wall_s + 600)
@@ -203,6 +215,7 @@ def check_config(box: DiagnosticsBox, files: TaskFiles, tree: str, config: str, 
         diagnostics_sha256=reference_tree_sha256(REPO_ROOT / "diagnostics"), train_args=args,
         steps=result["steps"], save_every=result["save_every"], mid_step=result["mid_step"],
         final_step=result["final_step"], observe_state=bool(result.get("observe_state")),
+        selective=bool(result.get("selective")),
         runs=runs, comparisons=comparisons,
         costs=Costs(plain_s=plain, traced_s=traced, traced_over_plain=_ratio(traced, plain),
                     resumed_plain_s=resumed_plain, resumed_traced_s=resumed_traced,
@@ -338,8 +351,11 @@ def render_markdown(report: TransparencyReport) -> str:
             f"{cfg.save_every} steps; resumes start from the step-{cfg.mid_step} checkpoint; "
             f"the final checkpoint is step {cfg.final_step}"
             + ("; the traced runs also observe the training state (optimizer state, buffers, "
-               "generators, learning rate), as the resume probe's runs do." if cfg.observe_state
-               else "."),
+               "generators, learning rate), as the resume probe's runs do" if cfg.observe_state
+               else "")
+            + ("; the traced runs collect selectively (only the torch calls the frozen "
+               "invariants name are recorded), as the agent's tool does for this "
+               "configuration." if cfg.selective else "."),
             "",
             "| run | traced | trace records (rank: API/VAR) | seed | resumed from | outcome | "
             "wall s | exceptions | checkpoints |",
