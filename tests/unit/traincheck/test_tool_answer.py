@@ -78,3 +78,11 @@ def test_the_resume_probe_is_said_with_its_rules_or_why_they_were_not_checked() 
     assert ("but the resume probe's run of your code CRASHED, so its resume rules were not "
             "checked: there is no verdict, and this is not a clean result.") in alone
     assert "Cause: resume probe: resumed run: rank 0 failed first" in alone
+
+
+def test_a_selective_collection_is_said_in_what_was_traced() -> None:
+    full = _traced_run_line("cpu-1", SPEC)
+    selective = _traced_run_line("cpu-1", SPEC, selective=True)
+    assert "only the torch calls the frozen invariants name" not in full
+    assert selective.startswith(full) and \
+        "records only the torch calls the frozen invariants name" in selective
