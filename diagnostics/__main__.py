@@ -52,12 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("--invariants", type=Path, required=True)
     p_check.add_argument("--out", type=Path, required=True)
     p_check.add_argument("--wall-s", type=float, default=900.0)
+    p_check.add_argument("--liveness-overlap", type=float,
+                        help="TrainCheck's liveness-overlap threshold for the check "
+                        "(default: TrainCheck's own, 1%%)")
 
     p_split = sub.add_parser("check-per-rank", help="check each rank's trace on its own")
     p_split.add_argument("--trace", type=Path, required=True)
     p_split.add_argument("--invariants", type=Path, required=True)
     p_split.add_argument("--out", type=Path, required=True)
     p_split.add_argument("--wall-s", type=float, default=900.0)
+    p_split.add_argument("--liveness-overlap", type=float,
+                        help="TrainCheck's liveness-overlap threshold for the check "
+                        "(default: TrainCheck's own, 1%%)")
 
     p_diag = sub.add_parser("diagnose", help="trace a tree, check it, compare with control")
     p_diag.add_argument("--src", type=Path, required=True)
@@ -69,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the packet's diagnostics.resume as JSON: also run the resume "
                         "probe against <config>.resume.json")
     p_diag.add_argument("--wall-s", type=float, default=600.0)
+    p_diag.add_argument("--liveness-overlap", type=float,
+                        help="TrainCheck's liveness-overlap threshold for the check "
+                        "(default: TrainCheck's own, 1%%)")
     p_diag.add_argument("--selective", action="store_true",
                         help="collect only what the frozen invariants name (and no torch call "
                         "in the resume probe), as the reference's policy runs did")
@@ -118,13 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         elif a.command == "infer":
             _emit(checking.infer(a.trace, a.out, a.relations, a.wall_s))
         elif a.command == "check":
-            _emit(checking.check(a.trace, a.invariants, a.out, a.wall_s))
+            _emit(checking.check(a.trace, a.invariants, a.out, a.wall_s, a.liveness_overlap))
         elif a.command == "check-per-rank":
-            _emit(checking.check_per_rank(a.trace, a.invariants, a.out, a.wall_s))
+            _emit(checking.check_per_rank(a.trace, a.invariants, a.out, a.wall_s,
+                                          a.liveness_overlap))
         elif a.command == "diagnose":
             _emit(checking.diagnose(a.src, a.out, a.config, train_args, a.reference,
                                     a.wall_s, resume_spec=a.resume_spec,
-                                    selective=a.selective))
+                                    selective=a.selective, overlap=a.liveness_overlap))
         elif a.command == "transparency":
             _emit(transparency.transparency(a.src, a.out, a.config, train_args,
                                             save_every=a.save_every, wall_s=a.wall_s,

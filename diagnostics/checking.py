@@ -24,6 +24,21 @@ from diagnostics.traces import rank_traces
 
 TAIL = 3000
 
+# ``traincheck-check`` with TrainCheck's liveness-overlap threshold set first (its module
+# constant, read at check time). The Consistency relation pairs two ranks' values of a
+# variable when their lifetimes overlap by more than the threshold (intersection over
+# union, 1% by default). Ranks dump their parameters a few milliseconds apart even after a
+# barrier (measured: 4-5 ms on a loaded 2-core host), so when a step takes about 100 ms, as
+# in a selectively collected run, step k on one rank overlaps step k+1 on the other by more
+# than 1% and a healthy DDP run "violates" cross-rank consistency.
+_CHECK_AT_OVERLAP = (
+    "import sys\n"
+    "import traincheck.config.config as config\n"
+    "config.LIVENESS_OVERLAP_THRESHOLD = float(sys.argv[1])\n"
+    "from traincheck.checker import main\n"
+    "sys.argv = ['traincheck-check', *sys.argv[2:]]\n"
+    "sys.exit(main())\n")
+
 
 def invariant_id(invariant: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(invariant, sort_keys=True).encode()).hexdigest()[:16]
@@ -105,16 +120,21 @@ def _violation(entry: dict[str, Any]) -> dict[str, Any]:
             "first_step": steps[0] if steps else None, "ranks": ranks}
 
 
-def check(trace: Path, invariants: Path, out: Path, wall_s: float) -> dict[str, Any]:
-    """Check one trace folder; the violations carry the rule, first step and ranks."""
+def check(trace: Path, invariants: Path, out: Path, wall_s: float,
+          overlap: float | None = None) -> dict[str, Any]:
+    """Check one trace folder; the violations carry the rule, first step and ranks.
+    ``overlap``: TrainCheck's liveness-overlap threshold for the check (its default 1%
+    when None), as the frozen reference's configuration says."""
     if out.exists():
         raise FileExistsError(f"check folder {out} exists; every check needs a fresh one")
-    command = ["traincheck-check", "-f", str(trace), "-i", str(invariants), "-o", str(out),
-               "--no-html-report"]
+    arguments = ["-f", str(trace), "-i", str(invariants), "-o", str(out), "--no-html-report"]
+    command = (["traincheck-check", *arguments] if overlap is None else
+               ["python", "-c", _CHECK_AT_OVERLAP, repr(overlap), *arguments])
     outcome, code, seconds = _run_tool(command, out.parent / f"{out.name}.work", wall_s)
     result: dict[str, Any] = {"outcome": outcome, "return_code": code,
                               "wall_s": round(seconds, 3), "trace": str(trace),
-                              "invariants": str(invariants), "out": str(out)}
+                              "invariants": str(invariants), "out": str(out),
+                              "liveness_overlap": overlap}
     results_dir = out / trace.name
     failed_log = results_dir / "failed.log"
     if outcome != "ok" or not failed_log.exists():
@@ -133,7 +153,8 @@ def check(trace: Path, invariants: Path, out: Path, wall_s: float) -> dict[str, 
     return result
 
 
-def check_per_rank(trace: Path, invariants: Path, out: Path, wall_s: float) -> dict[str, Any]:
+def check_per_rank(trace: Path, invariants: Path, out: Path, wall_s: float,
+                   overlap: float | None = None) -> dict[str, Any]:
     """Check each rank's trace files on their own: what independent per-rank checking sees.
 
     The comparison with ``check`` on the whole folder shows which violations need the
@@ -145,7 +166,8 @@ def check_per_rank(trace: Path, invariants: Path, out: Path, wall_s: float) -> d
         alone.mkdir(parents=True)
         for name in entry["api_files"] + entry["var_files"]:
             shutil.copy2(trace / name, alone / name)
-        per_rank[str(rank)] = check(alone, invariants, out / f"rank{rank}-check", wall_s)
+        per_rank[str(rank)] = check(alone, invariants, out / f"rank{rank}-check", wall_s,
+                                    overlap)
     ids = sorted({v["id"] for r in per_rank.values() for v in r.get("violations", [])})
     return {"outcome": "ok" if all(r["outcome"] == "ok" for r in per_rank.values()) else
             "crash", "ranks": sorted(per_rank), "violated_ids": ids,
@@ -209,12 +231,13 @@ def _resume_part(src: Path, out: Path, config: str, train_args: list[str], rules
 
 def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference: Path,
              wall_s: float, resume_spec: dict[str, Any] | None = None,
-             selective: bool = False) -> dict[str, Any]:
+             selective: bool = False, overlap: float | None = None) -> dict[str, Any]:
     """Trace ``src`` under ``config`` in a scratch copy, check it against the frozen reference
     invariants, and keep the violations beyond those of the healthy control; with
     ``resume_spec`` (the packet's ``diagnostics.resume``), also run the resume probe and
     check it against the frozen resume rules. ``selective``: collect only what the frozen
-    invariants name, as the reference's policy runs did (its manifest says which)."""
+    invariants name, and ``overlap``: check at that liveness-overlap threshold, as the
+    reference's policy runs did (its manifest says both)."""
     invariants = reference / f"{config}.invariants.json"
     control_file = reference / f"{config}.control.json"
     rules = reference / f"{config}.resume.json"
@@ -231,7 +254,7 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
         report.update(outcome=f"diagnostic_{run['outcome']}", cause=run["cause"])
     else:
         left = max(30.0, wall_s - (time.monotonic() - started))
-        checked = check(Path(run["trace_dir"]), invariants, out / "check", left)
+        checked = check(Path(run["trace_dir"]), invariants, out / "check", left, overlap)
         report["check"] = checked
         if checked["outcome"] != "ok":
             report.update(outcome=f"checker_{checked['outcome']}", cause=checked["cause"])

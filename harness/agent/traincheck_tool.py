@@ -39,6 +39,7 @@ from harness.traincheck.reference import (
     ReferenceManifest,
     Violation,
     load_frozen,
+    overlap_args,
 )
 from harness.traincheck.variants import REPORTS_ROOT, TaskFiles
 
@@ -79,6 +80,7 @@ class FrozenConfigFiles(BaseModel):
     # TrainCheck's selective collection (only the calls the invariants name are recorded),
     # where the reference's policy was decided on runs collected that way.
     selective: bool = False
+    liveness_overlap: float | None = None  # the checks' threshold, as the manifest says
     # The invariants by id (diagnostics.checking.invariant_id), to explain a violated rule.
     by_id: dict[str, dict[str, Any]] = Field(default_factory=dict, repr=False)
 
@@ -181,6 +183,7 @@ class TraincheckTool:
                 resume_rules=loaded.resume_rules,
                 resume_rules_sha256=entry.resume.rules_sha256 if entry.resume else None,
                 selective=entry.collection == "selective",
+                liveness_overlap=entry.liveness_overlap,
                 by_id={invariant_id(inv): inv for inv in
                        map(json.loads, loaded.invariants.decode().splitlines())})
         stale = []
@@ -274,6 +277,7 @@ class TraincheckTool:
             command += ["--resume-spec", self.spec.resume.model_dump_json()]
         if frozen.selective:
             command.append("--selective")
+        command += overlap_args(frozen.liveness_overlap)
         command += ["--", *self.spec.train_args(feature=True)]
         artifact = runner.artifact_path(f"traincheck-{frozen.config}")
         timeout = runner.ledger.bounded_timeout(wall_s + EXEC_MARGIN_S)

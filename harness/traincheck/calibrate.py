@@ -40,6 +40,7 @@ from harness.traincheck.reference import (
     RunSummary,
     Violation,
     load_frozen,
+    overlap_args,
     resume_check,
     resume_probe,
     run_summary,
@@ -164,8 +165,9 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
     manifest, frozen = load_frozen(files, config)
     box.sandbox.put_file("/workspace", f"reference/{config}.invariants.json", frozen.invariants)
     invariants = f"/workspace/reference/{config}.invariants.json"
-    # Collected as the agent's tool collects for this configuration.
+    # Collected and checked as the agent's tool collects and checks this configuration.
     selective = manifest.configs[config].collection == "selective"
+    overlap = overlap_args(manifest.configs[config].liveness_overlap)
     resume_rules = None
     if frozen.resume_rules is not None:
         if spec.resume is None:
@@ -206,7 +208,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             continue
         result = box.call(["check", "--trace", record["trace_dir"], "--invariants", invariants,
                            "--out", f"{RUNS}/{config}-{name}-chk", "--wall-s",
-                           str(CHECK_WALL_S)], timeout_s=CHECK_WALL_S + 60)
+                           str(CHECK_WALL_S), *overlap], timeout_s=CHECK_WALL_S + 60)
         row["check_s"] = result["wall_s"]
         if result["outcome"] != "ok":
             rows.append(CalibrationRow(**row, check_outcome=result["outcome"],
@@ -234,8 +236,8 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         verdict = _with_probe_failure(verdict, row.get("resume_outcome"))
         if verdict == "detected" and len(record.get("ranks") or {}) > 1:
             alone = box.call(["check-per-rank", "--trace", record["trace_dir"], "--invariants",
-                              invariants, "--out", f"{RUNS}/{config}-{name}-per-rank"],
-                             timeout_s=2 * CHECK_WALL_S + 60)
+                              invariants, "--out", f"{RUNS}/{config}-{name}-per-rank",
+                              *overlap], timeout_s=2 * CHECK_WALL_S + 60)
             row["cross_rank_only"] = sorted({f"{v.rule} [{v.relation}]" for v in beyond_matching
                                              if v.id not in set(alone["violated_ids"])})
         rows.append(CalibrationRow(**row, check_outcome="ok", violations_total=len(found),

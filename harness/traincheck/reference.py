@@ -68,6 +68,14 @@ HEALTHY_POLICY_OFFSETS = (10, 20)
 REFERENCE_POLICY_OFFSETS = (0, 10)
 # The selective policy's rounds (``build_selective``): measured, it settles in two or three.
 MAX_SELECTIVE_ROUNDS = 6
+# The liveness-overlap threshold of a configuration's checks once it collects selectively
+# (TrainCheck's default is 1%): a selectively collected step takes about 100 ms, and the
+# ranks' parameter dumps are 4-5 ms apart after a barrier, so at 1% a rank's step-k values
+# are paired with the other rank's step k+1 and healthy DDP runs break the cross-rank
+# Parameter.data/.grad consistency rules (measured on moe-router gloo-ddp-2; a full
+# collection's steps take seconds). Same-step values overlap by about 90% and adjacent
+# steps' by under 5%, so a quarter separates them with room on both sides.
+SELECTIVE_LIVENESS_OVERLAP = 0.25
 PolicyRole = Literal["healthy", "reference"]
 
 
@@ -167,6 +175,9 @@ class FrozenConfig(BaseModel):
     # rules are decided in the collection the agent's tool makes.
     collection: Literal["full", "selective"] = "full"
     selective_policy_runs: list[PolicyRun] = Field(default_factory=list)
+    # TrainCheck's liveness-overlap threshold every check of this configuration uses (its
+    # own 1% when None); set with the selective collection (``SELECTIVE_LIVENESS_OVERLAP``).
+    liveness_overlap: float | None = None
 
     def runs(self) -> list[RunSummary]:
         """Every traced run the build made for this configuration."""
@@ -220,7 +231,8 @@ POLICY = (
     "(TrainCheck's selective collection: only the calls the kept invariants name are "
     "recorded, and the resume probes record none), and what those runs violate is dropped "
     "too, in rounds until a round's runs, collected for exactly the rules then kept, violate "
-    "none."
+    "none; those runs and every later check of the configuration pair ranks' values at a "
+    f"liveness overlap above {SELECTIVE_LIVENESS_OVERLAP:g} (TrainCheck's default: 0.01)."
 )
 
 
@@ -244,9 +256,16 @@ def traced_run(box: DiagnosticsBox, tree: str, out: str, config: str, args: list
     return box.call([*cmd, "--", *args], timeout_s=wall_s + 120)
 
 
-def checked(box: DiagnosticsBox, trace_dir: str, invariants: str, out: str) -> dict[str, Any]:
+def overlap_args(overlap: float | None) -> list[str]:
+    """The runner's check arguments for a liveness-overlap threshold (none for the default)."""
+    return [] if overlap is None else ["--liveness-overlap", repr(overlap)]
+
+
+def checked(box: DiagnosticsBox, trace_dir: str, invariants: str, out: str,
+            overlap: float | None = None) -> dict[str, Any]:
     result = box.call(["check", "--trace", trace_dir, "--invariants", invariants, "--out", out,
-                       "--wall-s", str(CHECK_WALL_S)], timeout_s=CHECK_WALL_S + 60)
+                       "--wall-s", str(CHECK_WALL_S), *overlap_args(overlap)],
+                      timeout_s=CHECK_WALL_S + 60)
     if result["outcome"] != "ok":
         raise HarnessError(f"traincheck-check {result['outcome']} on {trace_dir}: "
                            f"{result.get('cause', '')}", "see the check log in the container")
@@ -374,7 +393,7 @@ def _resume_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Polic
 def _invariant_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
                       config: str, invariants: str, *, selective: bool,
                       log: Callable[[str], None], round_: int = 0,
-                      ) -> tuple[Checks, list[PolicyRun]]:
+                      overlap: float | None = None) -> tuple[Checks, list[PolicyRun]]:
     """The policy's traced runs checked against the invariants in ``invariants``; with
     ``selective``, each run collects only what those invariants name."""
     policy_runs: list[PolicyRun] = []
@@ -385,7 +404,7 @@ def _invariant_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Po
                             spec.train_args(feature=role == "reference", seed=seed),
                             spec.wall_s, selective=invariants if selective else None)
         _require_ok(record, f"{config} {_run_label(role, seed)}")
-        result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk")
+        result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk", overlap)
         checks.append((role, seed, result["violations"]))
         policy_runs.append(PolicyRun(
             role=role, run=run_summary("baseline" if role == "healthy" else "reference", seed,
@@ -530,7 +549,8 @@ def build_selective(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Poli
         box.sandbox.put_file(RUNS, f"{config}.kept-{round_}.json",
                              "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept).encode())
         checks, runs = _invariant_policy(box, spec, trees, config, selection, selective=True,
-                                         log=log, round_=round_)
+                                         log=log, round_=round_,
+                                         overlap=SELECTIVE_LIVENESS_OVERLAP)
         policy_runs += runs
         control_violations = _healthy_violations(checks, control_violations)
         decision = apply_policy(kept, checks)
@@ -552,7 +572,8 @@ def build_selective(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Poli
         "invariants_sha256": file_sha256(inv_path), "control_sha256": file_sha256(control_path),
         "n_dropped": entry.n_dropped + len(dropped), "n_kept": len(kept),
         "kept_by_relation": by_relation, "control_violations": control_violations,
-        "collection": "selective", "selective_policy_runs": policy_runs, "resume": resume})
+        "collection": "selective", "selective_policy_runs": policy_runs, "resume": resume,
+        "liveness_overlap": SELECTIVE_LIVENESS_OVERLAP})
 
 
 def selective_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],

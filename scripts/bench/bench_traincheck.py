@@ -30,7 +30,9 @@ from harness.infra import images
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
     CPU_CONFIGURATIONS,
+    SELECTIVE_LIVENESS_OVERLAP,
     load_frozen,
+    overlap_args,
     resume_check,
     resume_probe,
     traced_run,
@@ -75,9 +77,12 @@ def main() -> None:
                         seconds[arm]["traced run"].append(run["wall_s"])
                         if arm not in ("full", "selective"):
                             continue
+                        # Each arm checked as the tool checks that collection.
+                        overlap = overlap_args(SELECTIVE_LIVENESS_OVERLAP
+                                               if arm == "selective" else None)
                         checked = box.call(["check", "--trace", run["trace_dir"],
                                             "--invariants", "/workspace/ref.json",
-                                            "--out", f"{RUNS}/chk-{arm}-{rep}"],
+                                            "--out", f"{RUNS}/chk-{arm}-{rep}", *overlap],
                                            timeout_s=1200)
                         seconds[arm]["check"].append(checked["wall_s"])
                         found = len(checked.get("violations") or [])
