@@ -25,6 +25,12 @@ def _emit(obj: object) -> None:
     print(text)
 
 
+def _overlap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--liveness-overlap", type=float,
+                        help="TrainCheck's liveness-overlap threshold for the check "
+                        "(default: TrainCheck's own, 1%%)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m diagnostics")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,18 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("--invariants", type=Path, required=True)
     p_check.add_argument("--out", type=Path, required=True)
     p_check.add_argument("--wall-s", type=float, default=900.0)
-    p_check.add_argument("--liveness-overlap", type=float,
-                        help="TrainCheck's liveness-overlap threshold for the check "
-                        "(default: TrainCheck's own, 1%%)")
+    _overlap_option(p_check)
 
     p_split = sub.add_parser("check-per-rank", help="check each rank's trace on its own")
     p_split.add_argument("--trace", type=Path, required=True)
     p_split.add_argument("--invariants", type=Path, required=True)
     p_split.add_argument("--out", type=Path, required=True)
     p_split.add_argument("--wall-s", type=float, default=900.0)
-    p_split.add_argument("--liveness-overlap", type=float,
-                        help="TrainCheck's liveness-overlap threshold for the check "
-                        "(default: TrainCheck's own, 1%%)")
+    _overlap_option(p_split)
 
     p_diag = sub.add_parser("diagnose", help="trace a tree, check it, compare with control")
     p_diag.add_argument("--src", type=Path, required=True)
@@ -75,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the packet's diagnostics.resume as JSON: also run the resume "
                         "probe against <config>.resume.json")
     p_diag.add_argument("--wall-s", type=float, default=600.0)
-    p_diag.add_argument("--liveness-overlap", type=float,
-                        help="TrainCheck's liveness-overlap threshold for the check "
-                        "(default: TrainCheck's own, 1%%)")
+    _overlap_option(p_diag)
     p_diag.add_argument("--selective", action="store_true",
                         help="collect only what the frozen invariants name (and no torch call "
                         "in the resume probe), as the reference's policy runs did")
