@@ -15,6 +15,9 @@ reference was learned and its policy decided at other seeds, ``reference.py``):
 
 The oracle verdict is the grader's, recorded by gold validation (``reports/validation``), and
 is tied to the fault patch by its hash. Held-out repair variants are never used here.
+``calibrate(..., regressions=True)`` runs the oracle's regressions (``regressions/<id>/``) in
+the faults' place, as held-out variants: nothing of the diagnostic was decided on them, and
+their table is written apart (``heldout-regressions.md``).
 """
 
 from __future__ import annotations
