@@ -15,6 +15,7 @@ import docker
 import pytest
 
 from diagnostics.transparency import PAIRS
+from harness.traincheck.reference import load_frozen
 from harness.traincheck.transparency import (
     SAVE_EVERY,
     TRANSPARENCY_STEPS,
@@ -57,6 +58,9 @@ def test_every_comparison_row_is_reported(report: TransparencyReport) -> None:
     assert cfg.runs["plain_from_traced"].resume_from == "traced"
     assert cfg.runs["traced_from_plain"].resume_from == "plain"
     assert cfg.costs.plain_s and cfg.costs.traced_s and cfg.costs.traced_over_plain
+    # The traced runs collected as the agent's tool collects for this configuration.
+    manifest, _ = load_frozen(task_files("moe-router"), "cpu-1")
+    assert cfg.selective == (manifest.configs["cpu-1"].collection == "selective")
 
 
 def test_tracing_does_not_change_a_cpu_run(report: TransparencyReport) -> None:
