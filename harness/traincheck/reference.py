@@ -320,10 +320,18 @@ def apply_policy(learned: list[dict[str, Any]],
     return PolicyDecision(kept=kept, dropped=dropped)
 
 
+def _parse_rules(text: str) -> list[dict[str, Any]]:
+    """A rule file's content: one JSON object per line (invariants or resume rules)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _rules_text(rules: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rules)
+
+
 def _json_lines(box: DiagnosticsBox, path: str) -> list[dict[str, Any]]:
-    """A learned rule file in the container (one JSON object per line)."""
-    return [json.loads(line) for line in box.read_bytes(path).decode().splitlines()
-            if line.strip()]
+    """A learned rule file in the container."""
+    return _parse_rules(box.read_bytes(path).decode())
 
 
 def _policy_plan(spec: DiagnosticsSpec) -> list[tuple[PolicyRole, int]]:
@@ -417,7 +425,7 @@ def _invariant_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Po
 
 
 def _write_rules(path: Path, rules: list[dict[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rules))
+    path.write_text(_rules_text(rules))
 
 
 def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyRole, str],
@@ -539,15 +547,13 @@ def build_selective(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Poli
     compiler.is_compiling()") that the runs collected for the larger set satisfied. The last
     round's runs are collected exactly as the agent's tool collects, and violate nothing."""
     config = entry.config
-    kept = [json.loads(line) for line in gzip.decompress(
-        (dest / entry.invariants_file).read_bytes()).decode().splitlines() if line.strip()]
+    kept = _parse_rules(gzip.decompress((dest / entry.invariants_file).read_bytes()).decode())
     control_violations = entry.control_violations
     policy_runs: list[PolicyRun] = []
     dropped: dict[str, dict[str, Any]] = {}
     for round_ in range(1, MAX_SELECTIVE_ROUNDS + 1):
         selection = f"{RUNS}/{config}.kept-{round_}.json"
-        box.sandbox.put_file(RUNS, f"{config}.kept-{round_}.json",
-                             "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept).encode())
+        box.sandbox.put_file(RUNS, f"{config}.kept-{round_}.json", _rules_text(kept).encode())
         checks, runs = _invariant_policy(box, spec, trees, config, selection, selective=True,
                                          log=log, round_=round_,
                                          overlap=SELECTIVE_LIVENESS_OVERLAP)
@@ -582,7 +588,7 @@ def selective_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Pol
     """The resume rules' policy again with probes that record no torch call, as the agent's
     tool probes a configuration that collects selectively."""
     rules_path = dest / resume.rules_file
-    rules = [json.loads(line) for line in rules_path.read_text().splitlines() if line.strip()]
+    rules = _parse_rules(rules_path.read_text())
     box.sandbox.put_file(RUNS, f"{config}.resume-kept.json", rules_path.read_bytes())
     checks, probes = _resume_policy(box, spec, trees, config,
                                     f"{RUNS}/{config}.resume-kept.json", selective=True,
