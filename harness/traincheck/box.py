@@ -55,19 +55,21 @@ class DiagnosticsBox:
         result_file = f"{RUNS}/.result-{uuid.uuid4().hex[:12]}.json"
         result = self.sandbox.exec(["python", "-m", "diagnostics", *args], timeout_s=timeout_s,
                                    env={"DIAGNOSTICS_RESULT": result_file})
-        text = ""
+        text: str | None = None
         if not result.timed_out:
             with contextlib.suppress(docker.errors.NotFound, HarnessError):
                 text = self.read_bytes(result_file).decode(errors="replace").strip()
         try:
-            payload: dict[str, Any] = json.loads(text)
+            payload: dict[str, Any] = json.loads(text or "")
         except json.JSONDecodeError:
             # No file, or one cut short: a full /workspace leaves an empty one (the runner's
             # write fails after the file was opened).
+            what = ("no result file" if text is None else
+                    "an empty result file" if not text else "a result cut short")
             raise HarnessError(
                 f"diagnostics {args[0]} gave no result (exit {result.exit_code}"
-                f"{', timed out' if result.timed_out else ''}"
-                f"{', empty result file' if not text else ''}): {result.output[-300:]!r}",
+                f"{', timed out' if result.timed_out else ''}, {what}): "
+                f"{result.output[-300:]!r}",
                 "see the container output; rerun with a longer wall limit if it timed out, "
                 "and check the box's free /workspace if it is full") from None
         if "error" in payload:
