@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
 from grading import sealed
@@ -43,15 +42,14 @@ def apply_diff(tree: Path, patch: bytes) -> str | None:
     git_dir = sealed.job_dir("git-apply") / "apply.git"
     sealed.hand_over(tree)
     env = _git_env(git_dir.parent, git_dir, tree)
-    identity = sealed.popen_identity()
     try:
-        subprocess.run(["git", "init", "--quiet"], env=env, cwd=tree, check=True,
-                       capture_output=True, timeout=60, **identity)
+        sealed.candidate_run(["git", "init", "--quiet"], env=env, cwd=tree, check=True,
+                             capture_output=True, timeout=60)
         (git_dir / "info").mkdir(exist_ok=True)
         (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
-        proc = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", "-"],
-                              input=patch, env=env, cwd=tree, capture_output=True,
-                              timeout=120, **identity)
+        proc = sealed.candidate_run(["git", "apply", "--binary", "--whitespace=nowarn", "-"],
+                                    input=patch, env=env, cwd=tree, capture_output=True,
+                                    timeout=120)
     finally:
         sealed.end_job()
         sealed.make_readable_tree(tree)

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from grading import sealed
+from grading import jobcgroup, sealed
 from grading.apply import apply_diff
 from grading.confirm import settle, wants_rerun
 from grading.errors import GraderError
@@ -231,7 +231,8 @@ def grade(opts: GradeOptions) -> GradeReport:
         graded_tree_sha256=graded_sha,
         seal=SealInfo(judge_uid=os.geteuid(), candidate_uid=pool.start,
                       candidate_uids=len(pool),
-                      candidate_processes_killed_at_end=killed),
+                      candidate_processes_killed_at_end=killed,
+                      job_kill=jobcgroup.kill_mechanism()),
         python_version=platform.python_version(),
         torch_version=_torch_version(),
         configurations_not_run=not_run,

@@ -7,7 +7,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading import sealed
+from grading import jobcgroup, sealed
 from grading.packet import PacketSpec
 
 # Hidden checks set this junit property ("crash" or "hang") when the run they judge did not
@@ -155,3 +155,4 @@ class Layout:
         self.trees.mkdir(exist_ok=True)
         os.chmod(self.trees, 0o755)
         sealed.make_area(self.area)
+        jobcgroup.close_root()

@@ -110,6 +110,9 @@ class SealInfo(BaseModel):
     candidate_uids: int = 1
     # Candidate processes still alive when the checks were done, killed before the verdict.
     candidate_processes_killed_at_end: int = 0
+    # How each candidate job was ended: by freezing and killing its own cgroup (a kernel
+    # container per job), or by the uid reaper alone, with the reason (grading.jobcgroup).
+    job_kill: str = "uid reaper"
 
 
 class GradeReport(BaseModel):

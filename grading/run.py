@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from grading import census, sealed, warm_judge, warm_start
 from grading.layout import CANDIDATE_ENV
@@ -218,18 +218,11 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], out_fd: int,
             return warm
     elif identity is None and (judge := warm_judge.start(argv, cwd, env, out_fd)) is not None:
         return judge
-    popen = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=out_fd,
-        stderr=out_fd,
-        start_new_session=True,
-        close_fds=True,
-        **(identity or {}),
-    )
-    return _Fresh(popen)
+    options: dict[str, Any] = {"cwd": cwd, "stdin": subprocess.DEVNULL, "stdout": out_fd,
+                               "stderr": out_fd, "start_new_session": True, "close_fds": True}
+    if identity is not None:  # as a process of the current job: its uid and its cgroup
+        return _Fresh(sealed.candidate_popen(argv, env=env, **options))
+    return _Fresh(subprocess.Popen(argv, env=env, **options))
 
 
 def _judges_own(name: str, value: str) -> bool:

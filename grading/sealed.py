@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import select
 import shutil
@@ -51,7 +52,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
+
+from grading import jobcgroup
 
 CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
 # How many uids from the first one the jobs take in turn (default 1: every job the same uid).
@@ -108,6 +111,8 @@ def candidate_uids() -> range:
 
 _job_lock = threading.Lock()
 _job_uid: int | None = None
+# The current job's own cgroup (grading.jobcgroup), when the host delegated a hierarchy.
+_job_cgroup: Path | None = None
 
 
 def _area_count(name: str, change: Callable[[int], int] | None = None) -> int | None:
@@ -149,19 +154,31 @@ def _next_job_index() -> int:
 def candidate() -> Candidate:
     """The identity of the current candidate job: a uid of the pool that no job before it in
     this grade held last (the next in turn), kept until :func:`end_job`."""
-    global _job_uid
+    global _job_uid, _job_cgroup
     pool = candidate_uids()
     with _job_lock:
         if _job_uid is None or _job_uid not in pool:
-            _job_uid = pool[_next_job_index() % len(pool)]
+            index = _next_job_index()
+            _job_uid = pool[index % len(pool)]
+            try:
+                _job_cgroup = jobcgroup.make(index)
+            except jobcgroup.JobCgroupError as exc:
+                raise SealError(str(exc)) from None
         return Candidate(uid=_job_uid, gid=_job_uid)
+
+
+def job_cgroup() -> Path | None:
+    """The current job's cgroup (made with its identity), None without a delegated hierarchy."""
+    candidate()
+    return _job_cgroup
 
 
 def _end_identity() -> None:
     """The job is over: the next candidate process gets the next uid of the pool."""
-    global _job_uid
+    global _job_uid, _job_cgroup
     with _job_lock:
         _job_uid = None
+        _job_cgroup = None
 
 
 class PopenIdentity(TypedDict, total=False):
@@ -181,6 +198,61 @@ def popen_identity() -> PopenIdentity:
     who = candidate()
     ensure_reaper()
     return PopenIdentity(user=who.uid, group=who.gid, extra_groups=[], umask=0o077)
+
+
+class CandidateLaunch:
+    """How to start ``argv`` as a process of the current job: ``argv`` and ``kwargs`` for
+    ``subprocess.Popen``/``run``; call :meth:`close` once the process has started.
+
+    With a job cgroup, the process starts as root in a launcher (``jobcgroup.LAUNCHER``) that
+    joins the job's cgroup and then becomes the candidate, so the candidate's first instruction
+    already runs inside it; the command's environment reaches it on an inherited descriptor
+    (the launcher itself runs with none). Without one, ``Popen`` switches the uid itself."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None) -> None:
+        identity = popen_identity()
+        cgroup = job_cgroup()
+        self._fd: int | None = None
+        if cgroup is None:
+            self.argv = argv
+            self.kwargs: dict[str, Any] = {**identity, "env": env}
+            return
+        self._fd = os.memfd_create("candidate-env", 0)
+        payload = json.dumps(dict(os.environ) if env is None else env).encode()
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(self._fd, view):]
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        self.argv = [sys.executable, "-I", "-S", "-c", jobcgroup.LAUNCHER,
+                     jobcgroup.procs_file(cgroup), str(identity["user"]),
+                     str(identity["group"]), f"{identity['umask']:o}", str(self._fd), *argv]
+        self.kwargs = {"env": {}, "pass_fds": (self._fd,)}
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def candidate_popen(argv: list[str], *, env: dict[str, str] | None = None,
+                    **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` of ``argv`` as a process of the current job (its uid, its cgroup)."""
+    launch = CandidateLaunch(argv, env)
+    try:
+        return subprocess.Popen(launch.argv, **kwargs, **launch.kwargs)
+    finally:
+        launch.close()
+
+
+def candidate_run(argv: list[str], *, env: dict[str, str] | None = None,
+                  **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run`` of ``argv`` as a process of the current job (its uid, its cgroup)."""
+    launch = CandidateLaunch(argv, env)
+    try:
+        return subprocess.run(launch.argv, **kwargs, **launch.kwargs)
+    finally:
+        launch.close()
 
 
 def _uids_of(pid: str) -> set[int]:
@@ -672,9 +744,13 @@ def end_job() -> int:
         except Exception as exc:  # the judge's own machinery failed: say so, go on
             failures.append(f"{name}: {type(exc).__name__}: {exc}")
 
+    def end_cgroups() -> None:
+        nonlocal killed
+        killed += jobcgroup.end_all()
+
     def kill() -> None:
         nonlocal killed
-        killed = reap()
+        killed += reap()
 
     def seal_jobs() -> None:
         pool = candidate_uids()
@@ -686,6 +762,7 @@ def end_job() -> int:
             if owner in pool:
                 seal(Path(entry.path))
 
+    step("ending the jobs' cgroups", end_cgroups)
     step("killing the candidate's processes", kill)
     step("collecting the candidate's dead children", collect_zombie_children)
     step("clearing the shared folders", clear_traces)
@@ -804,9 +881,9 @@ def check_reachable(path: Path) -> None:
     """Fail early, in one line, when the candidate cannot even enter ``path``."""
     # By absolute path from "/": Popen changes directory before it drops to the candidate,
     # so a relative test would not see a closed folder above ``path``.
-    proc = subprocess.run(["/bin/sh", "-c", 'test -r "$0" && test -x "$0"', str(path)],
-                          cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True,
-                          timeout=30, **popen_identity())
+    proc = candidate_run(["/bin/sh", "-c", 'test -r "$0" && test -x "$0"', str(path)],
+                         cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+                         timeout=30)
     if proc.returncode != 0:
         raise SealError(f"the candidate uid cannot read {path}; every folder above it must be "
                         "world-searchable (o+x)")

@@ -302,6 +302,9 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
                 with contextlib.suppress(OSError):
                     os.close(int(name))
         os.chdir(msg["cwd"])
+        if msg.get("cgroup_procs"):  # into the job's own cgroup while still root
+            with open(msg["cgroup_procs"], "w") as fh:
+                fh.write(str(os.getpid()))
         os.setgroups(msg.get("groups", []))
         os.setresgid(msg["gid"], msg["gid"], msg["gid"])
         os.setresuid(msg["uid"], msg["uid"], msg["uid"])

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from grading import sealed
+from grading import jobcgroup, sealed
 
 WARM_START_VAR = "GRADING_WARM_START"
 
@@ -294,6 +294,8 @@ class Server:
             "unbuffered": entry.unbuffered, "cwd": str(cwd), "env": dict(env),
             "uid": identity["user"], "gid": identity["group"], "umask": identity["umask"],
             "groups": list(identity.get("extra_groups", [])),
+            "cgroup_procs": None if (cgroup := sealed.job_cgroup()) is None
+            else jobcgroup.procs_file(cgroup),
         }
         with self.reply_ready:
             self.next_id += 1

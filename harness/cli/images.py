@@ -78,6 +78,8 @@ def doctor(
         ("memory", f"{facts.memory_gib} GiB"),
         *((f"free disk {where}", f"{gib} GiB") for where, gib in facts.disk_free_gib.items()),
         ("Slurm", facts.slurm or "no controller (scontrol not found)"),
+        ("candidate jobs end by", "a freezer cgroup per job, then the uid reaper"
+         if facts.job_cgroups.available else f"the uid reaper ({facts.job_cgroups.reason})"),
         *((f"image {i.image}", (f"torch {i.torch}, CUDA {i.cuda or 'none (CPU build)'}"
                                 if i.torch else i.problem or "-")) for i in facts.images),
     ]

@@ -152,6 +152,7 @@ def cleanup(
     """Remove containers and volumes left by dead harness processes; mark their sessions."""
     from harness.agent.gateway.server import remove_orphan_socket_dirs
     from harness.infra.images import docker_client
+    from harness.infra.job_cgroups import remove_orphans as remove_orphan_job_cgroups
     from harness.infra.sandbox import cleanup_orphans
     from harness.records.study import load_study
     from harness.study.matrix.state import record_alive
@@ -159,13 +160,15 @@ def cleanup(
 
     loaded = load_study(study) if study is not None else None  # a bad path stops here
     labels = {"org.harness.study": loaded.name} if loaded else None
-    report = cleanup_orphans(docker_client(), include_live=all_, labels=labels)
+    client = docker_client()
+    report = cleanup_orphans(client, include_live=all_, labels=labels)
     marked = mark_interrupted(runs, study_root=loaded.runs_root() if loaded else None,
                               alive=record_alive)
     sockets = remove_orphan_socket_dirs()  # a CLI session's gateway folder, left by a kill
+    cgroups = remove_orphan_job_cgroups(client)  # a grader container's, left by a kill
     console.print(f"removed {len(report.containers)} container(s), {len(report.volumes)} "
-                  f"volume(s), {len(sockets)} gateway folder(s); marked {len(marked)} "
-                  "session(s) interrupted")
+                  f"volume(s), {len(sockets)} gateway folder(s), {len(cgroups)} job cgroup "
+                  f"folder(s); marked {len(marked)} session(s) interrupted")
     for name in report.containers:
         console.print(f"  container {name}")
     for path in marked:

@@ -19,6 +19,8 @@ from pydantic import BaseModel, Field
 
 from grading.packet import CUDA_CONFIGURATIONS
 from harness.infra.gpu_slots import detect_gpus
+from harness.infra.job_cgroups import JobCgroupSupport
+from harness.infra.job_cgroups import support as job_cgroup_support
 
 # What the probe container prints: the torch build and, where it sees GPUs, CUDA and NCCL.
 TORCH_PROBE = (
@@ -63,6 +65,9 @@ class HostFacts(BaseModel):
     gpu_driver: str | None = None
     slurm: str | None = None  # the controller's answer to `scontrol ping`, when there is one
     images: list[ImageFacts] = Field(default_factory=list)
+    # Whether grader containers get a cgroup per candidate job (harness.infra.job_cgroups).
+    job_cgroups: JobCgroupSupport = Field(
+        default_factory=lambda: JobCgroupSupport(available=False, reason="not probed"))
 
 
 def _docker_facts(client: docker.DockerClient | None) -> DockerFacts:
@@ -149,7 +154,8 @@ def host_facts(client: docker.DockerClient | None, *, runs_root: Path,
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return HostFacts(cores=affinity or os.cpu_count() or 1, memory_gib=_memory_gib(),
                      disk_free_gib=disks, docker=engine, gpu_ids=detect_gpus(),
-                     gpu_names=names, gpu_driver=driver, slurm=_slurm(), images=images)
+                     gpu_names=names, gpu_driver=driver, slurm=_slurm(), images=images,
+                     job_cgroups=job_cgroup_support(client))
 
 
 def configuration_support(facts: HostFacts, configurations: list[str]) -> dict[str, str | None]:

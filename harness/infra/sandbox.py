@@ -39,6 +39,7 @@ from docker.types import DeviceRequest
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
+from harness.infra.job_cgroups import JobCgroups
 from harness.records.processes import ProcessInfo, StopReport
 
 MANAGED_LABEL = "org.harness.managed"
@@ -213,8 +214,13 @@ class Sandbox:
         cap_add: tuple[str, ...] = INIT_CAPABILITIES,
         gateway_dir: tuple[Path, str] | None = None,
         sysctls: dict[str, str] | None = None,
+        job_cgroups: bool = False,
     ) -> None:
         self.client = client
+        # A grader container: a freezer cgroup folder of its own for the judge's candidate
+        # jobs, when the host can give one (harness.infra.job_cgroups).
+        self.want_job_cgroups = job_cgroups
+        self.job_cgroups: JobCgroups | None = None
         # Settings of the container's own network namespace (the grader's, see
         # harness.oracle.grade.GRADER_SYSCTLS).
         self.sysctls = dict(sysctls or {})
@@ -248,6 +254,8 @@ class Sandbox:
     def container_spec(self, volume_name: str) -> dict[str, Any]:
         """Keyword arguments of ``containers.create``; a pure function so tests can read it."""
         lim = self.limits
+        cgroup_volumes, cgroup_env = (self.job_cgroups.container_settings()
+                                      if self.job_cgroups is not None else ({}, {}))
         return {
             "image": self.image,
             "command": ["/usr/local/bin/harness-init"],
@@ -269,9 +277,10 @@ class Sandbox:
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777"},
             "volumes": {volume_name: {"bind": WORKSPACE, "mode": "rw"},
                         **({str(self.gateway_dir[0]): {"bind": self.gateway_dir[1], "mode": "ro"}}
-                           if self.gateway_dir else {})},
+                           if self.gateway_dir else {}),
+                        **cgroup_volumes},
             "device_requests": gpu_device_requests(self.gpu_ids),
-            "environment": self.environment,
+            "environment": {**self.environment, **cgroup_env},
             **({"sysctls": self.sysctls} if self.sysctls else {}),
             "detach": True,
         }
@@ -286,6 +295,8 @@ class Sandbox:
     def start(self) -> Sandbox:
         self._started = True
         try:
+            if self.want_job_cgroups:
+                self.job_cgroups = JobCgroups.make(self.name, self.client)
             self.volume = self.client.volumes.create(name=self.name, labels=self.labels,
                                                      driver="local",
                                                      driver_opts=self.volume_options())
@@ -312,9 +323,14 @@ class Sandbox:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 self.volume = self.volume or self.client.volumes.get(self.name)
         self._started = False
+        if self.job_cgroups is not None:
+            self.job_cgroups.thaw()
         if self.container is not None:
             _remove_container(self.container)
             self.container = None
+        if self.job_cgroups is not None:
+            self.job_cgroups.remove()
+            self.job_cgroups = None
         if self.volume is not None:
             with contextlib.suppress(docker.errors.NotFound):
                 self.volume.remove(force=True)

@@ -85,11 +85,13 @@ class GraderFailed(HarnessError):
 def grader_sandbox(client: docker.DockerClient, image: str, *, labels: dict[str, str],
                    name_hint: str = "grade", limits: SandboxLimits | None = None,
                    extra_capabilities: tuple[str, ...] = ()) -> Sandbox:
-    """A grader container: the judge as root with ``JUDGE_CAPABILITIES``, nothing else.
+    """A grader container: the judge as root with ``JUDGE_CAPABILITIES``, nothing else, and a
+    cgroup per candidate job where the host can give one (``harness.infra.job_cgroups``).
     ``extra_capabilities``: for diagnostics only (a loop that takes stacks with py-spy)."""
     return Sandbox(client, image, labels=labels, name_hint=name_hint,
                    limits=limits or SandboxLimits(pids=1024), user=JUDGE_USER,
-                   cap_add=(*JUDGE_CAPABILITIES, *extra_capabilities), sysctls=GRADER_SYSCTLS)
+                   cap_add=(*JUDGE_CAPABILITIES, *extra_capabilities), sysctls=GRADER_SYSCTLS,
+                   job_cgroups=True)
 
 
 def send_inputs(sandbox: Sandbox, entries: dict[str, Path]) -> None:

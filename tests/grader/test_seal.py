@@ -29,7 +29,7 @@ from support import (
     run_grader,
 )
 
-from grading import sealed
+from grading import jobcgroup, sealed
 from grading.hashing import tree_sha256
 from grading.hidden import discover_hidden_tests
 
@@ -399,9 +399,9 @@ def survivor_outlives_no_job(runs: int, modes: str, *, reaper_gone: bool = False
         os.close(fd)
         beat = Path(beat_name)
         beat.chmod(0o666)
-        subprocess.Popen([sys.executable, str(script), str(beat), modes], cwd=job,
-                         start_new_session=True, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, **sealed.popen_identity())
+        sealed.candidate_popen([sys.executable, str(script), str(beat), modes], cwd=job,
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while not beat.stat().st_size and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -410,6 +410,10 @@ def survivor_outlives_no_job(runs: int, modes: str, *, reaper_gone: bool = False
             # A stand-in for a judge process killed mid-job: its reaper goes with it, and the
             # job is ended by another judge process, which has no reaper for its uid.
             sealed._end_reaper()
+        if jobcgroup.root() is not None:
+            # The job's cgroup alone ends it, before any reaper is asked.
+            assert jobcgroup.end_all() >= 1
+            assert sealed.candidate_pids() == [], f"run {run}: outlived its cgroup's end"
         sealed.end_job()
         assert sealed.candidate_pids() == [], f"run {run}: a candidate process outlived reap"
         last = beat.stat().st_size
@@ -706,3 +710,94 @@ def test_no_trace_of_a_job_stops_the_cleanup_or_reaches_the_next_job() -> None:
     sealed.end_job()
     look.unlink()
     assert json.loads(result.read_text()) == []
+
+
+def job_cgroups() -> Path | None:
+    """The delegated hierarchy; without one (a host that cannot give it: cgroup v2, a harness
+    that is not root), None once the grade is shown to say so and why: jobs then end by the
+    uid reaper alone, which the survivor tests above hold to."""
+    root = jobcgroup.root()
+    if root is None:
+        why = os.environ.get(jobcgroup.NO_JOB_CGROUPS_VAR)
+        assert why, "no job cgroups and no reason from the host"
+        assert jobcgroup.kill_mechanism() == f"{jobcgroup.KILL_BY_UID} (no job cgroup: {why})"
+        return None
+    jobcgroup.close_root()
+    return root
+
+
+def test_every_process_of_a_job_runs_in_its_own_cgroup_and_ends_with_it() -> None:
+    """A job's first process joins the job's cgroup before it runs anything of the candidate,
+    and all it starts (detached, double-forked) is there too; ending the job freezes and kills
+    that cgroup and removes it, and the grade says a cgroup ended the job."""
+    if (root := job_cgroups()) is None:
+        return
+    assert jobcgroup.kill_mechanism() == jobcgroup.KILL_BY_CGROUP
+    job = sealed.job_dir("cgroup")
+    cgroup = sealed.job_cgroup()
+    assert cgroup is not None and cgroup.parent == root
+    first = sealed.candidate_popen(
+        ["sh", "-c", "setsid sh -c 'sleep 600 & sleep 600 & wait' & (sleep 600 &) ; sleep 600"],
+        cwd=job, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(sealed.candidate_pids()) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    in_cgroup = {int(x) for x in (cgroup / "cgroup.procs").read_text().split()}
+    assert len(in_cgroup) >= 5 and set(sealed.candidate_pids()) <= in_cgroup
+    assert first.pid in in_cgroup
+    assert sealed.end_job() >= 5
+    # (Its exit status is not there to read: the cleanup collects a dead child of the judge.)
+    assert not cgroup.exists() and sealed.candidate_pids() == []
+    assert not os.path.exists(f"/proc/{first.pid}")
+
+
+# What a job's process tries against its cgroup; each line says how it ended.
+CGROUP_ESCAPE = r"""
+import os, sys
+own, root = sys.argv[1], sys.argv[2]
+sibling = os.path.join(root, "job-escape")
+attempts = {
+    "leave to the delegated root": (os.path.join(root, "cgroup.procs"), str(os.getpid())),
+    "thaw its own cgroup": (os.path.join(own, "freezer.state"), "THAWED"),
+    "freeze its own cgroup": (os.path.join(own, "freezer.state"), "FROZEN"),
+    "join another job's cgroup": (os.path.join(sibling, "cgroup.procs"), str(os.getpid())),
+}
+for name, (path, value) in attempts.items():
+    try:
+        with open(path, "w") as fh:
+            fh.write(value)
+        print(name, "DONE")
+    except OSError as exc:
+        print(name, "refused", type(exc).__name__)
+try:
+    os.mkdir(os.path.join(own, "mine"))
+    print("make a cgroup of its own DONE")
+except OSError as exc:
+    print("make a cgroup of its own refused", type(exc).__name__)
+try:
+    print("list the jobs", os.listdir(root))
+except OSError as exc:
+    print("list the jobs refused", type(exc).__name__)
+"""
+
+
+def test_a_job_can_neither_leave_nor_change_nor_see_the_cgroups() -> None:
+    if (root := job_cgroups()) is None:
+        return
+    job = sealed.job_dir("escape")
+    cgroup = sealed.job_cgroup()
+    assert cgroup is not None
+    sibling = root / "job-escape"
+    sibling.mkdir()
+    try:
+        proc = sealed.candidate_run([sys.executable, "-c", CGROUP_ESCAPE, str(cgroup), str(root)],
+                                    cwd=job, capture_output=True, text=True, timeout=60)
+        lines = proc.stdout.splitlines()
+        assert len(lines) == 6, proc.stdout + proc.stderr
+        assert all(" refused " in line for line in lines), proc.stdout
+        assert (cgroup / "freezer.state").read_text().strip() == "THAWED"
+        assert not (sibling / "cgroup.procs").read_text().split()
+    finally:
+        sealed.end_job()
+    # Ending a job ends every job cgroup left there (a judge process killed mid-job).
+    assert not sibling.exists() and not cgroup.exists()

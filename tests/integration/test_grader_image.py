@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from harness.infra import images
+from harness.infra import images, job_cgroups
 from harness.oracle.grade import JUDGE_USER, grader_sandbox
 from harness.paths import REPO_ROOT
 from tests.conftest import TEST_LABEL
@@ -45,6 +45,10 @@ def test_grading_suite_passes_inside_the_grader_image(
     grader = images.image_id(client, "grader")
     with grader_sandbox(client, grader, labels={TEST_LABEL: "1"},
                         name_hint="grader-suite") as box:
+        # The suite's job cgroup tests run on a delegated hierarchy wherever the host can give
+        # one, and see the reason where it cannot.
+        assert box.job_cgroups is not None
+        assert (box.job_cgroups.path is not None) == job_cgroups.support(client).available
         box.put_archive("/workspace", _tree_tar([
             "tests/grader", "tests/fixtures", "hidden/tiny-regression",
         ]))

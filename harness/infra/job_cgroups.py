@@ -1,0 +1,144 @@
+"""The host's half of a kernel container per candidate job (``grading.jobcgroup``).
+
+A grader container gets a folder of the host's cgroup v1 ``freezer`` hierarchy of its own,
+bind-mounted read-write at ``CONTAINER_PATH``: the judge (root in the container) makes one
+cgroup per job there and ends a job by freezing and killing it, with no process of the
+candidate's uid involved. Only the host can make that folder, so it is made here, for each
+grader container, when the harness is root on the engine's own host and the host runs cgroup
+v1; otherwise the container is told why not, the judge ends jobs by its uid reaper alone, and
+every grade says which (``SealInfo.job_kill``).
+
+Why v1's freezer and not v2's ``cgroup.kill``: the hosts this harness is measured on run cgroup
+v1. On v2, a container in its own cgroup namespace cannot move a process into a cgroup outside
+it, and running the grader in the host's cgroup namespace is a trade not taken untested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+FREEZER_ROOT = Path("/sys/fs/cgroup/freezer")
+PARENT = "harness-grading"
+CONTAINER_PATH = "/run/grading/job-cgroups"
+# Names shared with grading.jobcgroup (which the harness does not import into the container).
+JOB_CGROUPS_VAR = "GRADING_JOB_CGROUPS"
+NO_JOB_CGROUPS_VAR = "GRADING_NO_JOB_CGROUPS"
+
+
+class JobCgroupSupport(BaseModel):
+    """Whether grader containers on this host get a cgroup per job, and if not, why."""
+
+    available: bool
+    reason: str = ""
+
+
+def _engine_is_local(client: Any) -> bool:
+    base = str(getattr(getattr(client, "api", None), "base_url", ""))
+    return base.startswith("http+docker://local")
+
+
+def support(client: Any = None) -> JobCgroupSupport:
+    """What this host offers (``client``: the engine, when one is at hand)."""
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        return JobCgroupSupport(available=False, reason=(
+            "the host runs cgroup v2; job cgroups are made on cgroup v1's freezer only"))
+    if not (FREEZER_ROOT / "cgroup.procs").is_file():
+        return JobCgroupSupport(available=False,
+                                reason=f"no cgroup v1 freezer hierarchy at {FREEZER_ROOT}")
+    if client is not None and not _engine_is_local(client):
+        return JobCgroupSupport(available=False, reason=(
+            "the Docker engine is not on this host, where the harness would make the cgroups"))
+    if os.geteuid() != 0:
+        return JobCgroupSupport(available=False, reason=(
+            "the harness is not root, and only root makes cgroups on the host"))
+    return JobCgroupSupport(available=True)
+
+
+class JobCgroups:
+    """One grader container's folder of the freezer hierarchy, from creation to removal."""
+
+    def __init__(self, path: Path | None, reason: str = "") -> None:
+        self.path = path
+        self.reason = reason
+
+    @classmethod
+    def make(cls, name: str, client: Any = None) -> JobCgroups:
+        """The folder for the grader container ``name``, made now; or none, with the reason."""
+        found = support(client)
+        if not found.available:
+            return cls(None, found.reason)
+        path = FREEZER_ROOT / PARENT / name
+        try:
+            path.mkdir(parents=True)
+        except OSError as exc:
+            return cls(None, f"cannot make {path} ({exc.strerror or exc})")
+        return cls(path)
+
+    def container_settings(self) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        """(volumes, environment) for the container spec."""
+        if self.path is None:
+            return {}, {NO_JOB_CGROUPS_VAR: self.reason}
+        return ({str(self.path): {"bind": CONTAINER_PATH, "mode": "rw"}},
+                {JOB_CGROUPS_VAR: CONTAINER_PATH})
+
+    def thaw(self) -> None:
+        """Before the container is removed: a task frozen in a job's cgroup (a judge killed
+        mid-kill) would keep the container's pid namespace from ending."""
+        for job in self._jobs():
+            with contextlib.suppress(OSError):
+                (job / "freezer.state").write_text("THAWED")
+
+    def remove(self, wait_s: float = 10.0) -> None:
+        """After the container is gone (its processes with it): remove the folder."""
+        if self.path is None:
+            return
+        deadline = time.monotonic() + wait_s
+        for cgroup in [*self._jobs(), self.path]:
+            while True:
+                try:
+                    cgroup.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break  # left for `harness cleanup`; an empty cgroup costs nothing
+                    time.sleep(0.05)
+        self.path = None
+
+    def _jobs(self) -> list[Path]:
+        if self.path is None:
+            return []
+        with contextlib.suppress(OSError):
+            return [p for p in self.path.iterdir() if p.is_dir()]
+        return []
+
+
+def remove_orphans(client: Any, min_age_s: float = 600.0) -> list[str]:
+    """Remove the folders of grader containers that are gone (a harness killed before it could
+    remove them), leaving any made in the last ``min_age_s`` (its container may be starting)
+    and any with a process left in it; the names removed."""
+    parent = FREEZER_ROOT / PARENT
+    try:
+        folders = [p for p in parent.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+    existing = {c.name for c in client.containers.list(all=True)}
+    removed = []
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            if folder.name in existing or time.time() - folder.stat().st_mtime < min_age_s:
+                continue
+            cgroups = JobCgroups(folder)
+            if any((job / "cgroup.procs").read_text().split() for job in cgroups._jobs()):
+                continue
+            cgroups.remove(wait_s=1.0)
+            if not folder.exists():
+                removed.append(folder.name)
+    return removed
