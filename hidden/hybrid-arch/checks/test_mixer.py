@@ -115,23 +115,27 @@ def test_layer_pattern_parsing(record_property: Any) -> None:
     record_property("patterns_checked", "AMAM,MMMM,MAAM,AAAA")
 
 
-@observed_in(CANDIDATE_REPORT,
+@observed_in(JUDGE, CANDIDATE_REPORT,
              reports="the full forward's logits and each prefix's, both computed in the probe's "
                      "process",
-             uncorroborated="not yet moved: the judge could test causality on the candidate's "
-                            "exported program (graph_exec), which changes hybrid-arch's checks "
-                            "and needs its gold validation")
+             corroborated_by="the judge's own test on the candidate's seeded AMAM program (the "
+                             "graph its training replay runs), with weights and tokens it "
+                             "draws: no logit moves when later tokens change (for MMMM with "
+                             "the attention blocks made the identity)")
 @pytest.mark.parametrize("pattern", ["MMMM", "AMAM"])
-def test_mixer_is_causal(pattern: str, record_property: Any) -> None:
+def test_mixer_is_causal(pattern: str, programs: Any, record_property: Any) -> None:
     """Every position's logits equal a brute-force recomputation from that position's prefix
     alone (fp64, 1e-10), for all-mixer and hybrid stacks (by their keys no mixer layer is an
-    attention block)."""
+    attention block); and, on the judge's side, the candidate's AMAM program's logits up to
+    each cut do not move when the tokens after it change (fp64, 1e-10)."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", PREFIX_TOL_FP64)
     record_property("why", "causal means logits at t depend on tokens 0..t only; recomputing "
                     "from the prefix differs by fp64 reassociation (~1e-15, like the measured "
                     "cached-decoding 4.9e-15); a peek at t+1 moves logits by O(0.1)")
+    # The judge's observation first, so a report of the candidate's cannot hide its outcome.
+    _judge_causality(programs.get(JUDGE_PROGRAM), pattern, record_property)
     x = tokens(batch=3, seqlen=32)
     seen = probe.call(PROBE, "prefix_logits", pattern=pattern, dtype="float64", std=SCALED_STD,
                       seed=0, tokens=x)
@@ -149,20 +153,47 @@ def test_mixer_is_causal(pattern: str, record_property: Any) -> None:
         f"position {where} differs from its recomputation from the prefix by {err}")
 
 
-@observed_in(CANDIDATE_REPORT,
+def _judge_causality(program: graph_exec.Program, pattern: str, record_property: Any) -> None:
+    """The judge's own causality test on the candidate's seeded AMAM program (for MMMM with
+    its attention blocks the identity): no report of a candidate process is involved."""
+    state = _judge_state(program, mixers_only=pattern == "MMMM")
+    x = tokens(batch=judge_replay.GLOBAL_BATCH, seqlen=SEQ, seed=11)
+    full = _run_program(program, state, x)
+    assert as_float(full.abs().max()) > 1.0, "logits too small for a meaningful comparison"
+    leaks = {}
+    for cut in JUDGE_CUTS:
+        later = x.clone()
+        later[:, cut + 1:] = (later[:, cut + 1:] + 29) % VOCAB
+        moved = _run_program(program, state, later)
+        leaks[cut] = max_abs_diff(moved[:, :cut + 1], full[:, :cut + 1])
+        record_property(f"judge_program_leak_up_to_{cut}", leaks[cut])
+        # The change is seen after the cut: the comparison is not between two idle outputs.
+        assert as_float(max_abs_diff(moved[:, cut + 1:], full[:, cut + 1:])) > MIXING_MIN_EFFECT
+    bad = {cut: leak for cut, leak in leaks.items() if not within(leak, PREFIX_TOL_FP64)}
+    assert not bad, (f"the {JUDGE_PROGRAM} program (run by the judge"
+                     f"{', attention blocks as the identity' if pattern == 'MMMM' else ''}): "
+                     f"logits up to these positions move when later tokens change: {bad}")
+
+
+@observed_in(JUDGE, CANDIDATE_REPORT,
              reports="logits of two inputs and the mixer parameters' gradients, computed in the "
                      "probe's process",
-             uncorroborated='no exported all-mixer program for the judge to run yet')
-def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
+             corroborated_by="the judge runs the candidate's seeded AMAM program (the graph its "
+                             "training replay runs) with the attention blocks made the identity "
+                             "and weights it draws: a changed token moves later logits; and "
+                             "takes the pristine LM loss's gradients through it itself")
+def test_mixer_mixes_positions_and_trains(programs: Any, record_property: Any) -> None:
     """An all-mixer model carries an earlier token to later positions (not a per-token MLP), and
     every mixer-layer parameter gets a non-zero gradient (by their keys no mixer layer of either
-    model is an attention block)."""
+    model is an attention block). The judge sees both on the candidate's AMAM program too."""
     record_property("oracle", "metamorphic")
     record_property("configurations", "cpu-1")
     record_property("tolerance", f"effect > {MIXING_MIN_EFFECT}; grad norm > 0")
     record_property("why", "changing token s in a model with no attention changes logits at "
                     "positions > s by O(0.1-1) when the mixer mixes and by exactly 0 when it "
                     "does not (per-token MLP); 1e-3 separates the two by orders")
+    # The judge's observation first, so a report of the candidate's cannot hide its outcome.
+    _judge_mixes_and_trains(programs.get(JUDGE_PROGRAM), record_property)
     x = tokens(batch=2, seqlen=32)
     s = 10
     y = x.clone()
@@ -193,6 +224,38 @@ def test_mixer_mixes_positions_and_trains(record_property: Any) -> None:
             if grads["requires_grad"][n] is not True or not _live(grads["grad"].get(n))]
     record_property("mixer_params", len(mixer_params))
     assert not dead, f"mixer parameters without a gradient: {dead}"
+
+
+def _judge_mixes_and_trains(program: graph_exec.Program, record_property: Any) -> None:
+    """The judge's side of the check, on the candidate's seeded AMAM program: with its attention
+    blocks the identity, changing token s moves the logits after s; and the pristine LM loss on
+    a training batch gives every mixer-layer parameter of the program a non-zero gradient
+    (autograd in the judge's process, on the program's own initial weights)."""
+    state = _judge_state(program, mixers_only=True)
+    x = tokens(batch=judge_replay.GLOBAL_BATCH, seqlen=SEQ, seed=12)
+    s = 10
+    y = x.clone()
+    y[:, s] = (y[:, s] + 17) % VOCAB
+    a, b = _run_program(program, state, x), _run_program(program, state, y)
+    after = max_abs_diff(a[:, s + 1:], b[:, s + 1:])
+    record_property("judge_program_effect_after_s", after)
+    assert as_float(after) > MIXING_MIN_EFFECT, (
+        f"the {JUDGE_PROGRAM} program with identity attention blocks (run by the judge): later "
+        f"positions changed by only {after}: its mixer blocks do not mix positions")
+
+    mixers = [k for k in program.parameter_keys if k.startswith(MIXER_LAYER_PREFIXES)]
+    assert mixers, f"the {JUDGE_PROGRAM} program takes no parameter of its mixer layers"
+    init = graph_exec.archive_state(program)
+    params = {k: init[k].detach().clone().requires_grad_(k in mixers)
+              for k in program.state_keys}
+    trainer = judge_replay.pristine("trainer")
+    with judge_replay.one_thread(), kept_environment():
+        model = judge_replay._Model(program, params, judge_replay.GLOBAL_BATCH)
+        trainer.lm_loss(model, judge_replay.global_batch(0)).backward()
+    dead = [k for k in mixers if not _live(params[k].grad)]
+    record_property("judge_program_mixer_params", len(mixers))
+    assert not dead, (f"the {JUDGE_PROGRAM} program (the judge's autograd): mixer parameters "
+                      f"without a gradient: {dead}")
 
 
 @observed_in(CANDIDATE_REPORT,
@@ -306,6 +369,44 @@ def _run_program(program: graph_exec.Program, state: dict[str, torch.Tensor],
                  x: torch.Tensor) -> torch.Tensor:
     with torch.no_grad(), judge_replay.one_thread(), kept_environment():
         return program(state, x)
+
+
+# The judge's own observations of the mixer run on the candidate's seeded AMAM program: the
+# graph the judge's training replay runs (conftest's REPLAY_MODELS). The distributed checks
+# hold the runs' final weights and optimizer state, read by the judge, to that replay
+# (test_distributed._anchor), so a program that is not the model train.py trains fails there. Weights are the judge's draws at SCALED_STD (the probes'
+# scale: at the 0.02 init every effect is tiny), tokens the judge's; graph_exec runs the graph.
+JUDGE_PROGRAM = "AMAM-float64"
+JUDGE_STATE_SEED = 20261206
+# Cuts of the causality test: the tokens after each are changed.
+JUDGE_CUTS = (0, 7, 15, 30)
+# AMAM: the attention blocks (layers 0 and 2) and the mixer blocks (1 and 3).
+ATTENTION_LAYERS = (0, 2)
+MIXER_LAYER_PREFIXES = ("layers.1.", "layers.3.")
+# An attention block is the identity with these zero (x + wo(..) and h + w2(..)): the baseline's
+# key schema, which check_key_schema holds AMAM's attention blocks to.
+IDENTITY_KEYS = ("attention.wo.weight", "feed_forward.w2.weight")
+
+
+def _judge_state(program: graph_exec.Program, *, mixers_only: bool) -> dict[str, torch.Tensor]:
+    """Weights the judge draws for ``program`` (every parameter N(0, SCALED_STD), buffers the
+    archive's); with ``mixers_only``, AMAM's attention blocks made the identity, so the program
+    is its two mixer blocks between the embeddings and the output."""
+    generator = torch.Generator().manual_seed(JUDGE_STATE_SEED)
+    archive = graph_exec.archive_state(program)
+    state = {}
+    for key in program.state_keys:
+        value = archive[key]
+        state[key] = (torch.randn(value.shape, generator=generator, dtype=torch.float64)
+                      .to(value.dtype) * SCALED_STD if key in program.parameter_keys
+                      else value.clone())
+    if mixers_only:
+        for i in ATTENTION_LAYERS:
+            for name in IDENTITY_KEYS:
+                key = f"layers.{i}.{name}"
+                assert key in state, f"the {JUDGE_PROGRAM} program takes no {key}"
+                state[key] = torch.zeros_like(state[key])
+    return state
 
 
 def _logits(value: Any, shape: tuple[int, ...]) -> torch.Tensor:
