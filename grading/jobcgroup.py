@@ -5,9 +5,10 @@ root launcher before it becomes the candidate, and every child inherits it), and
 uid can neither leave it nor touch it (its files are root's). The job ends by the kernel, with
 no process of the candidate's uid involved: the cgroup is frozen (no process in it runs, forks
 or exits any more), each of its processes is sent SIGKILL, and it is thawed, so the kills land
-at once. A process that keeps changing its pid, ignores signals or waits to kill a helper has
-no instant in which to do it. The uid reaper (``grading.reaper``) still runs after it, as the
-second line and the proof that nothing of the job is left.
+at once; rounds of that until the cgroup is empty (:func:`end`). A process that keeps changing
+its pid, ignores signals or waits to kill a helper has no instant in which to do it. The uid
+reaper (``grading.reaper``) still runs after it, as the second line and the proof that nothing
+of the job is left.
 
 The host delegates the folder (a cgroup v1 ``freezer`` hierarchy's folder made for this grader
 container, bind-mounted at ``GRADING_JOB_CGROUPS``; ``harness.infra.job_cgroups``). Without it
@@ -21,6 +22,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 JOB_CGROUPS_VAR = "GRADING_JOB_CGROUPS"
@@ -28,6 +30,10 @@ JOB_CGROUPS_VAR = "GRADING_JOB_CGROUPS"
 NO_JOB_CGROUPS_VAR = "GRADING_NO_JOB_CGROUPS"
 _PREFIX = "job-"
 _SETTLE_S = 10.0
+# Each kill round: how long the freeze may take to complete, and the cgroup to empty.
+_FREEZE_WAIT_S = 0.5
+_EMPTY_WAIT_S = 1.0
+_ROUNDS = 20
 
 KILL_BY_CGROUP = "freezer cgroup per job, then the uid reaper"
 KILL_BY_UID = "uid reaper"
@@ -94,31 +100,54 @@ def _state(cgroup: Path) -> str:
     return (cgroup / "freezer.state").read_text().strip()
 
 
-def _wait(condition: object, what: str, cgroup: Path) -> None:
-    deadline = time.monotonic() + _SETTLE_S
-    while not condition():  # type: ignore[operator]
+def _settle(condition: Callable[[], bool], within_s: float) -> bool:
+    """Whether ``condition`` holds within ``within_s`` seconds (polled)."""
+    deadline = time.monotonic() + within_s
+    while not condition():
         if time.monotonic() > deadline:
-            raise JobCgroupError(f"the job's cgroup {cgroup.name} {what} after {_SETTLE_S:g} s")
+            return False
         time.sleep(0.005)
+    return True
+
+
+def _set_state(cgroup: Path, state: str) -> None:
+    (cgroup / "freezer.state").write_text(state)
 
 
 def end(cgroup: Path) -> int:
-    """Freeze the job, SIGKILL every process in it, thaw it, wait until it is empty, remove it.
-    Returns how many processes were killed."""
+    """End every process of the job's cgroup and remove it; how many processes were killed.
+
+    Each round freezes the cgroup, sends SIGKILL to every process in it and thaws it, so the
+    kills land at once; the rounds go on until the cgroup is empty. The cgroup is never left
+    frozen: a frozen task does not die (cgroup v1), and the uid reaper after this could not end
+    it either. The freeze need not complete: a task that enters a job-control stop while the
+    cgroup freezes is never frozen by cgroup v1, so a job that stops and continues its own
+    processes in a loop can hold the state at FREEZING (found by an adversarial review). What
+    matters is that no task runs free: the frozen ones cannot, a stopped one cannot either,
+    and SIGKILL ends a stopped task where it stands. A process forked before the freeze took
+    its parent (after the list was read) is in the cgroup and ends in the next round."""
     if not cgroup.is_dir():
         return 0
-    (cgroup / "freezer.state").write_text("FROZEN")
-    # FREEZING until every task is stopped: a task in an uninterruptible sleep finishes it
-    # first. Only then is the list of processes final (no fork can add to it).
-    _wait(lambda: _state(cgroup) == "FROZEN", "did not freeze", cgroup)
-    pids = _read_pids(cgroup)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    (cgroup / "freezer.state").write_text("THAWED")
-    _wait(lambda: not _read_pids(cgroup), "still holds processes", cgroup)
-    _wait(lambda: _try_rmdir(cgroup), "cannot be removed", cgroup)
-    return len(pids)
+    killed: set[int] = set()
+    for _ in range(_ROUNDS):
+        try:
+            _set_state(cgroup, "FROZEN")
+            _settle(lambda: _state(cgroup) == "FROZEN", _FREEZE_WAIT_S)
+            for pid in _read_pids(cgroup):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        finally:
+            _set_state(cgroup, "THAWED")
+        if _settle(lambda: not _read_pids(cgroup), _EMPTY_WAIT_S):
+            break
+    else:
+        raise JobCgroupError(f"the job's cgroup {cgroup.name} still holds processes "
+                             f"{_read_pids(cgroup)[:5]} after {_ROUNDS} rounds of SIGKILL")
+    if not _settle(lambda: _try_rmdir(cgroup), _SETTLE_S):
+        raise JobCgroupError(f"the job's cgroup {cgroup.name} cannot be removed "
+                             f"after {_SETTLE_S:g} s")
+    return len(killed)
 
 
 def _try_rmdir(cgroup: Path) -> bool:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +90,8 @@ class JobCgroups:
                 {JOB_CGROUPS_VAR: CONTAINER_PATH})
 
     def thaw(self) -> None:
-        """Before the container is removed: a task frozen in a job's cgroup (a judge killed
-        mid-kill) would keep the container's pid namespace from ending."""
+        """Thaw every job cgroup: a task left frozen (a judge killed between its freeze and its
+        thaw) does not die, and would keep the container's pid namespace from ending."""
         for job in self._jobs():
             with contextlib.suppress(OSError):
                 (job / "freezer.state").write_text("THAWED")
@@ -120,10 +122,36 @@ class JobCgroups:
         return []
 
 
-def remove_orphans(client: Any, min_age_s: float = 600.0) -> list[str]:
+@contextlib.contextmanager
+def kept_thawed(container_name: str) -> Iterator[None]:
+    """While the container ``container_name`` is removed, keep its job cgroups thawed: the
+    judge may freeze a job until the moment it is killed, and a frozen task would keep the
+    container's pid namespace, and its removal, from ending."""
+    cgroups = JobCgroups(FREEZER_ROOT / PARENT / container_name)
+    if cgroups.path is None or not cgroups.path.is_dir():
+        yield
+        return
+    done = threading.Event()
+
+    def keep() -> None:
+        while not done.is_set():
+            cgroups.thaw()
+            done.wait(0.05)
+
+    thread = threading.Thread(target=keep, name="thaw-job-cgroups", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        cgroups.thaw()
+
+
+def remove_orphans(client: Any, min_age_s: float = 60.0) -> list[str]:
     """Remove the folders of grader containers that are gone (a harness killed before it could
     remove them), leaving any made in the last ``min_age_s`` (its container may be starting)
-    and any with a process left in it; the names removed."""
+    and any that still holds a process after a thaw; the names removed."""
     parent = FREEZER_ROOT / PARENT
     try:
         folders = [p for p in parent.iterdir() if p.is_dir()]
@@ -136,9 +164,9 @@ def remove_orphans(client: Any, min_age_s: float = 600.0) -> list[str]:
             if folder.name in existing or time.time() - folder.stat().st_mtime < min_age_s:
                 continue
             cgroups = JobCgroups(folder)
-            if any((job / "cgroup.procs").read_text().split() for job in cgroups._jobs()):
-                continue
-            cgroups.remove(wait_s=1.0)
+            # Its container is gone, so a task left is a frozen one, waiting for its SIGKILL.
+            cgroups.thaw()
+            cgroups.remove(wait_s=2.0)
             if not folder.exists():
                 removed.append(folder.name)
     return removed

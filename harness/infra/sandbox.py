@@ -39,7 +39,7 @@ from docker.types import DeviceRequest
 from pydantic import BaseModel, Field
 
 from harness.errors import HarnessError
-from harness.infra.job_cgroups import JobCgroups
+from harness.infra.job_cgroups import JobCgroups, kept_thawed
 from harness.records.processes import ProcessInfo, StopReport
 
 MANAGED_LABEL = "org.harness.managed"
@@ -323,8 +323,6 @@ class Sandbox:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 self.volume = self.volume or self.client.volumes.get(self.name)
         self._started = False
-        if self.job_cgroups is not None:
-            self.job_cgroups.thaw()
         if self.container is not None:
             _remove_container(self.container)
             self.container = None
@@ -620,7 +618,8 @@ def _remove_container(container: Any, wait_s: float = 60.0) -> bool:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            container.remove(force=True, v=True)
+            with kept_thawed(container.name):
+                container.remove(force=True, v=True)
             return True
         except docker.errors.NotFound:
             return False

@@ -801,3 +801,42 @@ def test_a_job_can_neither_leave_nor_change_nor_see_the_cgroups() -> None:
         sealed.end_job()
     # Ending a job ends every job cgroup left there (a judge process killed mid-job).
     assert not sibling.exists() and not cgroup.exists()
+
+
+# A job that stops and continues its own child without pause: a task that enters the stop
+# while its cgroup freezes is never frozen (cgroup v1), so the freeze can stay incomplete
+# (found by an adversarial review: about one job in six, before each kill round thawed and
+# killed whatever froze or stopped).
+STOP_CONT = r"""
+import os, signal, sys, time
+if os.fork() == 0:
+    kid = os.fork()
+    if kid == 0:
+        while True:
+            time.sleep(1)
+    while True:
+        os.kill(kid, signal.SIGSTOP)
+        os.kill(kid, signal.SIGCONT)
+time.sleep(0.5)
+open(sys.argv[1], "w").write("ready")
+time.sleep(600)
+"""
+
+
+def test_a_job_that_stops_and_continues_its_processes_still_ends() -> None:
+    """Thirty such jobs each end at once, with nothing of them left (before the fix about one
+    in six ended as a grader defect, its tasks frozen past every kill)."""
+    for run in range(int(os.environ.get("GRADING_STOP_CONT_RUNS", "30"))):
+        job = sealed.job_dir("stop-cont")
+        cgroup = sealed.job_cgroup()
+        ready = job / "ready"
+        sealed.candidate_popen([sys.executable, "-c", STOP_CONT, str(ready)], cwd=job,
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists(), f"run {run}: the job never started"
+        sealed.end_job()
+        assert sealed.candidate_pids() == [], f"run {run}: a process outlived its job"
+        assert cgroup is None or not cgroup.exists(), f"run {run}: the job's cgroup is left"
