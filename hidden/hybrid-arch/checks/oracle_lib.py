@@ -14,6 +14,8 @@ import contextlib
 import json
 import math
 import os
+import sys
+import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,6 +25,8 @@ import torch
 
 from grading import probe, sealed
 from grading.compare import INF, as_tensor, max_abs_diff, worst
+from grading.probe import CandidateRunFailed
+from grading.run import run_command
 
 PATTERN = "AMAM"  # the hybrid pattern of every training run (TASK.md's quality command)
 EQ_STEPS = 20  # equivalence and resume runs (TASK.md: fixed settings)
@@ -116,6 +120,23 @@ PROBE = "hybrid_probe"  # probes/hybrid_probe.py
 SCALED_STD = 0.3
 # A torch.export archive's JSON parts are a few hundred KB for these models.
 MAX_ARCHIVE_JSON_BYTES = 64 * 1024 * 1024
+
+
+# A one-step run refused at its start ends in seconds; a hang is one.
+BAD_PATTERN_TIMEOUT_S = 120
+
+
+def cli_exit_code(flags: list[str], name: str) -> int:
+    """The exit status of a one-step cpu-1 ``train.py`` with ``flags`` (as subprocess reports it:
+    the exit code, or minus the signal that killed it); a hang fails the check as one."""
+    root = workdir()
+    log = Path(tempfile.mkdtemp(prefix=f"{name.replace('_', '-')}-")) / "run.log"
+    res = run_command([sys.executable, "train.py", "--config", "cpu-1", *flags, "--steps", "1"],
+                      cwd=root, env=run_env(root), timeout_s=BAD_PATTERN_TIMEOUT_S, log_path=log)
+    if res.timed_out:
+        raise CandidateRunFailed("hang", f"train.py {' '.join(flags)} still running after "
+                                 f"{BAD_PATTERN_TIMEOUT_S} s\n{log.read_text()[-2000:]}")
+    return res.exit_code if res.exit_code is not None else -(res.signal or 0)
 
 
 def _archive_json(zf: zipfile.ZipFile, suffix: str) -> Any:

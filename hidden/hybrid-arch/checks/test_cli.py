@@ -14,19 +14,14 @@ also replayed by the judge.
 
 from __future__ import annotations
 
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import judge_replay
 import torch
-from oracle_lib import PATTERN, check_key_schema, run_env, workdir
+from oracle_lib import PATTERN, check_key_schema, cli_exit_code
 
 from grading.compare import as_float, within
 from grading.observation import CANDIDATE_REPORT, JUDGE, OUTSIDE, observed_in
-from grading.probe import CandidateRunFailed
-from grading.run import run_command
 
 # Quality band for the held-out loss of `train.py --config cpu-1 --layer-pattern AMAM --seed 0`
 # (200 steps). Measured (QUALIFICATION.md): reference 0.639 (seed 0; seeds 0-2 mean 0.636, std
@@ -37,7 +32,6 @@ from grading.run import run_command
 # a held-out loss below it means the model sees tokens it must predict (a non-causal mixer).
 QUALITY_REFERENCE = 0.639
 QUALITY_LOW, QUALITY_HIGH = 0.55, 0.68
-BAD_PATTERN_TIMEOUT_S = 120
 CLI_STEPS, QUALITY_STEPS = 2, 200
 # The judge's replay (the candidate's seeded model, exported; same ops, one process) vs a cpu-1
 # fp32 run: measured 0 after 2 steps (AMM) and after 200 steps (AMAM) for the reference. Two
@@ -109,7 +103,7 @@ def test_cli_layer_pattern_is_used_and_recorded(cli_run: Any, candidate_default_
     for name, flags in (("bad_pattern", ["--layer-pattern", "AXA"]),
                         ("pattern_length_mismatch", ["--n-layers", "6", "--layer-pattern",
                                                      "AMAM"])):
-        returncode = _exit_code(flags, name)
+        returncode = cli_exit_code(flags, name)
         record_property(f"{name}_exit_code", returncode)
         assert returncode != 0, f"train.py {' '.join(flags)} was accepted"
 
@@ -124,19 +118,6 @@ def _require_recorded_model(run: Any, how: str, pattern: str, name: str,
     assert model.get("layer_pattern") == pattern and model.get("n_layers") == len(pattern), (
         f"{how}: summary.json records {model}, not the pattern used ({pattern!r}, "
         f"{len(pattern)} layers)")
-
-
-def _exit_code(flags: list[str], name: str) -> int:
-    """The exit status of a one-step cpu-1 ``train.py`` with ``flags`` (as subprocess reports it:
-    the exit code, or minus the signal that killed it); a hang fails the check as one."""
-    root = workdir()
-    log = Path(tempfile.mkdtemp(prefix=f"{name.replace('_', '-')}-")) / "run.log"
-    res = run_command([sys.executable, "train.py", "--config", "cpu-1", *flags, "--steps", "1"],
-                      cwd=root, env=run_env(root), timeout_s=BAD_PATTERN_TIMEOUT_S, log_path=log)
-    if res.timed_out:
-        raise CandidateRunFailed("hang", f"train.py {' '.join(flags)} still running after "
-                                 f"{BAD_PATTERN_TIMEOUT_S} s\n{log.read_text()[-2000:]}")
-    return res.exit_code if res.exit_code is not None else -(res.signal or 0)
 
 
 def _require_fp32(state: dict[str, Any], run: str) -> None:

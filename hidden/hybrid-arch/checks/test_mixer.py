@@ -23,7 +23,9 @@ makes the contract crash/hang.
 from __future__ import annotations
 
 import json
+import tempfile
 import tokenize
+from pathlib import Path
 from typing import Any
 
 import graph_exec
@@ -31,12 +33,14 @@ import judge_replay
 import pytest
 import source_facts
 import torch
+from conftest import launch_train
 from oracle_lib import (
     ALLOWED_EXPORT_OPS,
     CUDA_CONFIGURATIONS,
     PROBE,
     SCALED_STD,
     check_key_schema,
+    cli_exit_code,
     exported_graph,
     gpus,
     kept_environment,
@@ -68,14 +72,17 @@ EXPORT_WEIGHTS_TOL = 1e-6
 MIXING_MIN_EFFECT = 1e-3
 
 
-@observed_in(CANDIDATE_REPORT,
+@observed_in(OUTSIDE, CANDIDATE_REPORT,
              reports="layer counts, what bad patterns raised, the state dicts' keys and values, "
                      "and the cache's layout, all observed in the probe's process",
-             uncorroborated="ModelArgs is observable only inside a process that imports it; the "
-                            "command line's --layer-pattern is judged from outside by test_cli")
+             corroborated_by="train.py, the entry point that parses the same strings, exits "
+                             "non-zero on the bad patterns and its --layer-pattern MAAM run "
+                             "ends with the weights of that stack (keys the judge reads)")
 def test_layer_pattern_parsing(record_property: Any) -> None:
     """ModelArgs.layer_pattern: None and "A"*n are today's model bit for bit, "M" layers are
-    mixer blocks with attention keys gone, bad patterns raise ValueError."""
+    mixer blocks with attention keys gone, bad patterns raise ValueError. Seen from outside too:
+    train.py refuses the bad patterns (exit status) and a good one trains its stack (the final
+    weights' keys)."""
     record_property("oracle", "reference")
     record_property("configurations", "cpu-1")
     record_property("tolerance", "0 (bitwise) for None vs 'AAAA'; exact key sets")
@@ -83,6 +90,7 @@ def test_layer_pattern_parsing(record_property: Any) -> None:
                     "parameters, keys and initial values; key schema from the baseline")
     good, bad, schema = ("AMAM", "MMMM", "MAAM", "AAAA"), ("AMA", "AMAMA", "AXAM", "amam",
                                                           "A M ", ""), ("AMAM", "MMMM", "MAAM")
+    _patterns_from_outside(record_property)
     seen = probe.call(PROBE, "pattern_parsing", good=list(good), short="MA", bad=list(bad),
                       all_a="AAAA", schema=list(schema), seed=0)
     for pattern in good:
@@ -113,6 +121,31 @@ def test_layer_pattern_parsing(record_property: Any) -> None:
             if kind == "A":
                 assert is_kv, name
     record_property("patterns_checked", "AMAM,MMMM,MAAM,AAAA")
+
+
+# Patterns no ModelArgs may take, whatever the layer count (train.py sets n_layers from the
+# pattern's length when --n-layers is not given, so length errors are test_cli's).
+CLI_BAD_PATTERNS = ("AXAM", "amam", "A M ")
+CLI_GOOD_PATTERN = "MAAM"
+
+
+def _patterns_from_outside(record_property: Any) -> None:
+    """The judge's observation, made before any report of the probe's is read: train.py exits
+    non-zero on patterns that are not A/M strings, and a one-step --layer-pattern MAAM run ends
+    with that stack's weights (their keys, read from its sealed final_state.pt)."""
+    for pattern in CLI_BAD_PATTERNS:
+        code = cli_exit_code(["--layer-pattern", pattern], f"pattern-{pattern.strip()}")
+        record_property(f"cli_exit_code_{pattern!r}", code)
+        assert code != 0, f"train.py --layer-pattern {pattern!r} was accepted"
+    run = launch_train("pattern-maam", Path(tempfile.mkdtemp(prefix="pattern-maam-")),
+                       ["--config", "cpu-1", "--layer-pattern", CLI_GOOD_PATTERN, "--steps", "1"],
+                       nproc=1)
+    run.require(record_property)
+    final = run.final().get("model")
+    assert isinstance(final, dict), "final_state.pt holds no model state dict"
+    problems = check_key_schema(final, CLI_GOOD_PATTERN)
+    assert problems == [], (f"train.py --layer-pattern {CLI_GOOD_PATTERN} ended with weights "
+                            f"of another stack: {problems}")
 
 
 @observed_in(JUDGE, CANDIDATE_REPORT,
@@ -374,8 +407,9 @@ def _run_program(program: graph_exec.Program, state: dict[str, torch.Tensor],
 # The judge's own observations of the mixer run on the candidate's seeded AMAM program: the
 # graph the judge's training replay runs (conftest's REPLAY_MODELS). The distributed checks
 # hold the runs' final weights and optimizer state, read by the judge, to that replay
-# (test_distributed._anchor), so a program that is not the model train.py trains fails there. Weights are the judge's draws at SCALED_STD (the probes'
-# scale: at the 0.02 init every effect is tiny), tokens the judge's; graph_exec runs the graph.
+# (test_distributed._anchor), so a program that is not the model train.py trains fails there.
+# Weights are the judge's draws at SCALED_STD (the probes' scale: at the 0.02 init every effect
+# is tiny), tokens the judge's; graph_exec runs the graph.
 JUDGE_PROGRAM = "AMAM-float64"
 JUDGE_STATE_SEED = 20261206
 # Cuts of the causality test: the tokens after each are changed.
