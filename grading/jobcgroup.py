@@ -25,15 +25,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from grading import procfs
+
 JOB_CGROUPS_VAR = "GRADING_JOB_CGROUPS"
 # Why the host delegated none (set by the host when it could not): said in the grade.
 NO_JOB_CGROUPS_VAR = "GRADING_NO_JOB_CGROUPS"
 _PREFIX = "job-"
-_SETTLE_S = 10.0
 # Each kill round: how long the freeze may take to complete, and the cgroup to empty.
 _FREEZE_WAIT_S = 0.5
 _EMPTY_WAIT_S = 1.0
 _ROUNDS = 20
+_RMDIR_WAIT_S = 1.0
 
 KILL_BY_CGROUP = "freezer cgroup per job, then the uid reaper"
 KILL_BY_UID = "uid reaper"
@@ -76,9 +78,13 @@ def make(index: int) -> Path | None:
         path.mkdir()
     except FileExistsError:
         # A job index is never reused within a grade; what is there is an earlier judge
-        # process's job that was not ended: end it first.
-        end(path)
-        path.mkdir()
+        # process's job that was not ended: end it first (it may stay while killed processes
+        # finish exiting; those can do nothing in the new job).
+        try:
+            end(path)
+            path.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise JobCgroupError(f"cannot make the job's cgroup {path}: {exc}") from None
     except OSError as exc:
         raise JobCgroupError(f"cannot make the job's cgroup {path}: {exc}") from None
     return path
@@ -114,22 +120,34 @@ def _set_state(cgroup: Path, state: str) -> None:
     (cgroup / "freezer.state").write_text(state)
 
 
+def _all_ended(cgroup: Path) -> bool:
+    """Whether no process left in the cgroup can run the candidate's code again."""
+    return all(procfs.process_ended(pid) for pid in _read_pids(cgroup))
+
+
 def end(cgroup: Path) -> int:
-    """End every process of the job's cgroup and remove it; how many processes were killed.
+    """End every process of the job's cgroup; how many processes were killed. The cgroup is
+    removed now, or, while its last killed processes are still being torn down, at a later
+    job's end (:func:`end_all`).
 
     Each round freezes the cgroup, sends SIGKILL to every process in it and thaws it, so the
-    kills land at once; the rounds go on until the cgroup is empty. The cgroup is never left
-    frozen: a frozen task does not die (cgroup v1), and the uid reaper after this could not end
-    it either. The freeze need not complete: a task that enters a job-control stop while the
-    cgroup freezes is never frozen by cgroup v1, so a job that stops and continues its own
-    processes in a loop can hold the state at FREEZING (found by an adversarial review). What
-    matters is that no task runs free: the frozen ones cannot, a stopped one cannot either,
-    and SIGKILL ends a stopped task where it stands. A process forked before the freeze took
-    its parent (after the list was read) is in the cgroup and ends in the next round."""
+    kills land at once; the rounds go on until no process in it can run again. The cgroup is
+    never left frozen: a frozen task does not die (cgroup v1), and the uid reaper after this
+    could not end it either. The freeze need not complete: a task that enters a job-control
+    stop while the cgroup freezes is never frozen by cgroup v1, so a job that stops and
+    continues its own processes in a loop can hold the state at FREEZING (found by an
+    adversarial review). What matters is that no task runs free: the frozen ones cannot, a
+    stopped one cannot either, and SIGKILL ends a stopped task where it stands. A process
+    forked before the freeze took its parent (after the list was read) is in the cgroup and ends
+    in the next round. A killed process is done once it is exiting: one with huge page tables
+    stays listed for as long as the kernel takes to free them, which the candidate can make
+    minutes (a second review), and it can do nothing more meanwhile (``procfs``)."""
     if not cgroup.is_dir():
         return 0
     killed: set[int] = set()
     for _ in range(_ROUNDS):
+        if _all_ended(cgroup):
+            break
         try:
             _set_state(cgroup, "FROZEN")
             _settle(lambda: _state(cgroup) == "FROZEN", _FREEZE_WAIT_S)
@@ -139,14 +157,15 @@ def end(cgroup: Path) -> int:
                 killed.add(pid)
         finally:
             _set_state(cgroup, "THAWED")
-        if _settle(lambda: not _read_pids(cgroup), _EMPTY_WAIT_S):
+        if _settle(lambda: _all_ended(cgroup), _EMPTY_WAIT_S):
             break
     else:
         raise JobCgroupError(f"the job's cgroup {cgroup.name} still holds processes "
                              f"{_read_pids(cgroup)[:5]} after {_ROUNDS} rounds of SIGKILL")
-    if not _settle(lambda: _try_rmdir(cgroup), _SETTLE_S):
-        raise JobCgroupError(f"the job's cgroup {cgroup.name} cannot be removed "
-                             f"after {_SETTLE_S:g} s")
+    # Thawed in every case (a killed task that was left frozen dies only once thawed), then
+    # removed: in moments when its processes have gone, else at a later job's end.
+    _set_state(cgroup, "THAWED")
+    _settle(lambda: _try_rmdir(cgroup), _RMDIR_WAIT_S)
     return len(killed)
 
 

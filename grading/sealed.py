@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from grading import jobcgroup
+from grading import jobcgroup, procfs
+from grading.procfs import stat_fields
 
 CANDIDATE_UID_VAR = "GRADING_CANDIDATE_UID"
 # How many uids from the first one the jobs take in turn (default 1: every job the same uid).
@@ -217,7 +218,8 @@ class CandidateLaunch:
             self.argv = argv
             self.kwargs: dict[str, Any] = {**identity, "env": env}
             return
-        self._fd = os.memfd_create("candidate-env", 0)
+        # Close-on-exec: only the launcher gets it (pass_fds), not any other child of the judge.
+        self._fd = os.memfd_create("candidate-env")
         payload = json.dumps(dict(os.environ) if env is None else env).encode()
         view = memoryview(payload)
         while view:
@@ -271,38 +273,14 @@ def _uids_of(pid: str) -> set[int]:
     return set()
 
 
-def stat_fields(path: str) -> list[str]:
-    """The fields after the command name of a ``/proc`` ``stat`` file (state, parent, group,
-    ...; the name is the candidate's choice and may hold any character, parentheses included),
-    or [] when the process is gone."""
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read(4096).decode("ascii", "replace")
-    except OSError:
-        return []
-    return text[text.rfind(")") + 1:].split() if ")" in text else []
-
-
-def _task_state(path: str) -> str:
-    """The state letter of ``/proc/PID/task/TID/stat``; IndexError when the thread is gone."""
-    return stat_fields(path)[0]
-
-
 def _has_live_thread(pid: str) -> bool:
-    """Whether any thread of ``pid`` still runs. A process is not dead because its leader is a
-    zombie: a leader thread that ended with the raw ``exit`` syscall shows ``Z`` while the
-    process's other threads run on (a SIGKILL to the pid still ends them all)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False  # gone
-    for tid in tasks:
-        try:
-            if _task_state(f"/proc/{pid}/task/{tid}/stat") not in ("Z", "X", "x"):
-                return True
-        except (OSError, IndexError):
-            continue  # that thread is gone
-    return False
+    """Whether any thread of ``pid`` can still run the candidate's code. A process is not dead
+    because its leader is a zombie: a leader thread that ended with the raw ``exit`` syscall
+    shows ``Z`` while the process's other threads run on (a SIGKILL to the pid still ends them
+    all). A thread that is exiting or has SIGKILL pending counts as ended
+    (``procfs.thread_ended``): a killed process with huge page tables stays listed for as long
+    as the kernel takes to free them, which the candidate chooses, and can do nothing more."""
+    return not procfs.process_ended(pid)
 
 
 def candidate_pids() -> list[int]:
