@@ -58,7 +58,10 @@ def kill_mechanism() -> str:
     """How this grader ends a candidate job, in words for the grade."""
     if root() is not None:
         return KILL_BY_CGROUP
-    why = os.environ.get(NO_JOB_CGROUPS_VAR) or f"{JOB_CGROUPS_VAR} is not set"
+    given = os.environ.get(JOB_CGROUPS_VAR)
+    why = os.environ.get(NO_JOB_CGROUPS_VAR) or (
+        f"{JOB_CGROUPS_VAR}={given} is not a freezer cgroup folder" if given
+        else f"{JOB_CGROUPS_VAR} is not set")
     return f"{KILL_BY_UID} (no job cgroup: {why})"
 
 

@@ -62,6 +62,11 @@ def support(client: Any = None) -> JobCgroupSupport:
     return JobCgroupSupport(available=True)
 
 
+def folder(container_name: str) -> Path:
+    """Where the host makes the folder of the grader container ``container_name``."""
+    return FREEZER_ROOT / PARENT / container_name
+
+
 class JobCgroups:
     """One grader container's folder of the freezer hierarchy, from creation to removal."""
 
@@ -75,7 +80,7 @@ class JobCgroups:
         found = support(client)
         if not found.available:
             return cls(None, found.reason)
-        path = FREEZER_ROOT / PARENT / name
+        path = folder(name)
         try:
             path.mkdir(parents=True)
         except OSError as exc:
@@ -127,10 +132,11 @@ def kept_thawed(container_name: str) -> Iterator[None]:
     """While the container ``container_name`` is removed, keep its job cgroups thawed: the
     judge may freeze a job until the moment it is killed, and a frozen task would keep the
     container's pid namespace, and its removal, from ending."""
-    cgroups = JobCgroups(FREEZER_ROOT / PARENT / container_name)
-    if cgroups.path is None or not cgroups.path.is_dir():
+    path = folder(container_name)
+    if not path.is_dir():  # not a grader container, or a host without job cgroups
         yield
         return
+    cgroups = JobCgroups(path)
     done = threading.Event()
 
     def keep() -> None:
@@ -159,14 +165,14 @@ def remove_orphans(client: Any, min_age_s: float = 60.0) -> list[str]:
         return []
     existing = {c.name for c in client.containers.list(all=True)}
     removed = []
-    for folder in folders:
+    for path in folders:
         with contextlib.suppress(OSError):
-            if folder.name in existing or time.time() - folder.stat().st_mtime < min_age_s:
+            if path.name in existing or time.time() - path.stat().st_mtime < min_age_s:
                 continue
-            cgroups = JobCgroups(folder)
+            cgroups = JobCgroups(path)
             # Its container is gone, so a task left is a frozen one, waiting for its SIGKILL.
             cgroups.thaw()
             cgroups.remove(wait_s=2.0)
-            if not folder.exists():
-                removed.append(folder.name)
+            if not path.exists():
+                removed.append(path.name)
     return removed

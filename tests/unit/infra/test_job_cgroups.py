@@ -37,9 +37,13 @@ def test_the_grade_says_how_jobs_ended(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.delenv(jobcgroup.JOB_CGROUPS_VAR, raising=False)
     monkeypatch.setenv(jobcgroup.NO_JOB_CGROUPS_VAR, "the host runs cgroup v2")
     assert jobcgroup.kill_mechanism() == "uid reaper (no job cgroup: the host runs cgroup v2)"
-    # A folder that is not a freezer cgroup is not taken for one.
+    # A folder that is not a freezer cgroup is not taken for one, and the grade says so.
+    monkeypatch.delenv(jobcgroup.NO_JOB_CGROUPS_VAR)
     monkeypatch.setenv(jobcgroup.JOB_CGROUPS_VAR, str(tmp_path))
     assert jobcgroup.root() is None
+    assert jobcgroup.kill_mechanism() == (
+        f"uid reaper (no job cgroup: {jobcgroup.JOB_CGROUPS_VAR}={tmp_path} is not a freezer "
+        "cgroup folder)")
     (tmp_path / "freezer.state").write_text("THAWED\n")
     assert jobcgroup.root() == tmp_path
     assert jobcgroup.kill_mechanism() == jobcgroup.KILL_BY_CGROUP
