@@ -438,6 +438,7 @@ class Programs:
         self._programs: dict[str, graph_exec.Program] | None = None
         self._error: BaseException | None = None
         self._trajectories: dict[tuple[Any, ...], judge_replay.Trajectory] = {}
+        self._sized: dict[str, graph_exec.Program | BaseException] = {}
 
     def get(self, name: str) -> graph_exec.Program:
         if self._error is not None:
@@ -454,6 +455,26 @@ class Programs:
                 self._error = exc
                 raise
         return self._programs[name]
+
+    def sized(self, name: str, pattern: str, dtype: str, batch: int,
+              sizes: dict[str, int]) -> graph_exec.Program:
+        """The candidate's seeded ``pattern`` model built with the ``ModelArgs`` fields
+        ``sizes``, as a program (exported in its own probe call and job folder, so a model that
+        cannot be built at these sizes fails only the checks that ask for it)."""
+        if name not in self._sized:
+            job = sealed.job_dir(f"seeded-program-{name}")
+            entry = {"pattern": pattern, "dtype": dtype, "batch": batch, "name": name,
+                     "sizes": sizes}
+            try:
+                probe.call(PROBE, "seeded_programs", models=[entry], seed=0, out_dir=str(job))
+                sealed.seal(job)
+                self._sized[name] = graph_exec.load(job / f"{name}.pt2")
+            except BaseException as exc:
+                self._sized[name] = exc
+        program = self._sized[name]
+        if isinstance(program, BaseException):
+            raise program
+        return program
 
     def init(self, name: str) -> dict[str, torch.Tensor]:
         """The seeded initial weights (the archive's own)."""

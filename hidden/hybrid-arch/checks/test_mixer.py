@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import tempfile
 import tokenize
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,8 @@ def test_mixer_is_causal(pattern: str, programs: Any, record_property: Any) -> N
                     "from the prefix differs by fp64 reassociation (~1e-15, like the measured "
                     "cached-decoding 4.9e-15); a peek at t+1 moves logits by O(0.1)")
     # The judge's observation first, so a report of the candidate's cannot hide its outcome.
-    _judge_causality(programs.get(JUDGE_PROGRAM), pattern, record_property)
+    _judge_causality(programs.get(JUDGE_PROGRAM), JUDGE_STACK, record_property,
+                     mixers_only=pattern == "MMMM")
     x = tokens(batch=3, seqlen=32)
     seen = probe.call(PROBE, "prefix_logits", pattern=pattern, dtype="float64", std=SCALED_STD,
                       seed=0, tokens=x)
@@ -186,25 +188,27 @@ def test_mixer_is_causal(pattern: str, programs: Any, record_property: Any) -> N
         f"position {where} differs from its recomputation from the prefix by {err}")
 
 
-def _judge_causality(program: graph_exec.Program, pattern: str, record_property: Any) -> None:
-    """The judge's own causality test on the candidate's seeded AMAM program (for MMMM with
-    its attention blocks the identity): no report of a candidate process is involved."""
-    state = _judge_state(program, mixers_only=pattern == "MMMM")
-    x = tokens(batch=judge_replay.GLOBAL_BATCH, seqlen=SEQ, seed=11)
+def _judge_causality(program: graph_exec.Program, stack: JudgedStack, record_property: Any,
+                     *, mixers_only: bool) -> None:
+    """The judge's own causality test on one of the candidate's seeded programs (with
+    ``mixers_only``, its attention blocks the identity): no report of a candidate process is
+    involved."""
+    state = _judge_state(program, stack, mixers_only=mixers_only)
+    x = stack.tokens(seed=11)
     full = _run_program(program, state, x)
     assert as_float(full.abs().max()) > 1.0, "logits too small for a meaningful comparison"
     leaks = {}
-    for cut in JUDGE_CUTS:
+    for cut in stack.cuts:
         later = x.clone()
-        later[:, cut + 1:] = (later[:, cut + 1:] + 29) % VOCAB
+        later[:, cut + 1:] = (later[:, cut + 1:] + 29) % stack.vocab
         moved = _run_program(program, state, later)
         leaks[cut] = max_abs_diff(moved[:, :cut + 1], full[:, :cut + 1])
         record_property(f"judge_program_leak_up_to_{cut}", leaks[cut])
         # The change is seen after the cut: the comparison is not between two idle outputs.
         assert as_float(max_abs_diff(moved[:, cut + 1:], full[:, cut + 1:])) > MIXING_MIN_EFFECT
     bad = {cut: leak for cut, leak in leaks.items() if not within(leak, PREFIX_TOL_FP64)}
-    assert not bad, (f"the {JUDGE_PROGRAM} program (run by the judge"
-                     f"{', attention blocks as the identity' if pattern == 'MMMM' else ''}): "
+    assert not bad, (f"the {stack.name} program (run by the judge"
+                     f"{', attention blocks as the identity' if mixers_only else ''}): "
                      f"logits up to these positions move when later tokens change: {bad}")
 
 
@@ -259,24 +263,29 @@ def test_mixer_mixes_positions_and_trains(programs: Any, record_property: Any) -
     assert not dead, f"mixer parameters without a gradient: {dead}"
 
 
+def _judge_mixing(program: graph_exec.Program, stack: JudgedStack, record_property: Any) -> None:
+    """With the program's attention blocks the identity (the judge's weights), changing token
+    s moves the logits after s: its mixer blocks carry tokens forward."""
+    state = _judge_state(program, stack, mixers_only=True)
+    x = stack.tokens(seed=12)
+    s = 10
+    y = x.clone()
+    y[:, s] = (y[:, s] + 17) % stack.vocab
+    a, b = _run_program(program, state, x), _run_program(program, state, y)
+    after = max_abs_diff(a[:, s + 1:], b[:, s + 1:])
+    record_property("judge_program_effect_after_s", after)
+    assert as_float(after) > MIXING_MIN_EFFECT, (
+        f"the {stack.name} program with identity attention blocks (run by the judge): later "
+        f"positions changed by only {after}: its mixer blocks do not mix positions")
+
+
 def _judge_mixes_and_trains(program: graph_exec.Program, record_property: Any) -> None:
     """The judge's side of the check, on the candidate's seeded AMAM program: with its attention
     blocks the identity, changing token s moves the logits after s; and the pristine LM loss on
     a training batch gives every mixer-layer parameter of the program a non-zero gradient
     (autograd in the judge's process, on the program's own initial weights)."""
-    state = _judge_state(program, mixers_only=True)
-    x = tokens(batch=judge_replay.GLOBAL_BATCH, seqlen=SEQ, seed=12)
-    s = 10
-    y = x.clone()
-    y[:, s] = (y[:, s] + 17) % VOCAB
-    a, b = _run_program(program, state, x), _run_program(program, state, y)
-    after = max_abs_diff(a[:, s + 1:], b[:, s + 1:])
-    record_property("judge_program_effect_after_s", after)
-    assert as_float(after) > MIXING_MIN_EFFECT, (
-        f"the {JUDGE_PROGRAM} program with identity attention blocks (run by the judge): later "
-        f"positions changed by only {after}: its mixer blocks do not mix positions")
-
-    mixers = [k for k in program.parameter_keys if k.startswith(MIXER_LAYER_PREFIXES)]
+    _judge_mixing(program, JUDGE_STACK, record_property)
+    mixers = [k for k in program.parameter_keys if k.startswith(JUDGE_STACK.mixer_prefixes)]
     assert mixers, f"the {JUDGE_PROGRAM} program takes no parameter of its mixer layers"
     init = graph_exec.archive_state(program)
     params = {k: init[k].detach().clone().requires_grad_(k in mixers)
@@ -412,20 +421,45 @@ def _run_program(program: graph_exec.Program, state: dict[str, torch.Tensor],
 # is tiny), tokens the judge's; graph_exec runs the graph.
 JUDGE_PROGRAM = "AMAM-float64"
 JUDGE_STATE_SEED = 20261206
-# Cuts of the causality test: the tokens after each are changed.
-JUDGE_CUTS = (0, 7, 15, 30)
-# AMAM: the attention blocks (layers 0 and 2) and the mixer blocks (1 and 3).
-ATTENTION_LAYERS = (0, 2)
-MIXER_LAYER_PREFIXES = ("layers.1.", "layers.3.")
 # An attention block is the identity with these zero (x + wo(..) and h + w2(..)): the baseline's
-# key schema, which check_key_schema holds AMAM's attention blocks to.
+# key schema, which check_key_schema holds every pattern's attention blocks to.
 IDENTITY_KEYS = ("attention.wo.weight", "feed_forward.w2.weight")
 
 
-def _judge_state(program: graph_exec.Program, *, mixers_only: bool) -> dict[str, torch.Tensor]:
+@dataclass(frozen=True)
+class JudgedStack:
+    """A seeded program the judge runs itself, and what its tests need to know of it."""
+
+    name: str
+    pattern: str
+    vocab: int
+    seq: int
+    # Cuts of the causality test: the tokens after each are changed.
+    cuts: tuple[int, ...]
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, kind in enumerate(self.pattern) if kind == "A")
+
+    @property
+    def mixer_prefixes(self) -> tuple[str, ...]:
+        return tuple(f"layers.{i}." for i, kind in enumerate(self.pattern) if kind == "M")
+
+    def tokens(self, seed: int) -> torch.Tensor:
+        """The judge's token batch for this stack (its vocabulary and sequence length)."""
+        return torch.randint(0, self.vocab, (judge_replay.GLOBAL_BATCH, self.seq),
+                             generator=torch.Generator().manual_seed(seed))
+
+
+# AMAM: the attention blocks are layers 0 and 2, the mixer blocks 1 and 3.
+JUDGE_STACK = JudgedStack(JUDGE_PROGRAM, "AMAM", VOCAB, SEQ, cuts=(0, 7, 15, 30))
+
+
+def _judge_state(program: graph_exec.Program, stack: JudgedStack, *,
+                 mixers_only: bool) -> dict[str, torch.Tensor]:
     """Weights the judge draws for ``program`` (every parameter N(0, SCALED_STD), buffers the
-    archive's); with ``mixers_only``, AMAM's attention blocks made the identity, so the program
-    is its two mixer blocks between the embeddings and the output."""
+    archive's); with ``mixers_only``, the stack's attention blocks made the identity, so the
+    program is its mixer blocks between the embeddings and the output."""
     generator = torch.Generator().manual_seed(JUDGE_STATE_SEED)
     archive = graph_exec.archive_state(program)
     state = {}
@@ -435,10 +469,10 @@ def _judge_state(program: graph_exec.Program, *, mixers_only: bool) -> dict[str,
                       .to(value.dtype) * SCALED_STD if key in program.parameter_keys
                       else value.clone())
     if mixers_only:
-        for i in ATTENTION_LAYERS:
+        for i in stack.attention_layers:
             for name in IDENTITY_KEYS:
                 key = f"layers.{i}.{name}"
-                assert key in state, f"the {JUDGE_PROGRAM} program takes no {key}"
+                assert key in state, f"the {stack.name} program takes no {key}"
                 state[key] = torch.zeros_like(state[key])
     return state
 
@@ -496,6 +530,9 @@ FFN_KEYS = {"ffn_norm.weight": (64,), "feed_forward.w1.weight": (256, 64),
 # follow ModelArgs, not the defaults.
 ODD_SIZES = {"vocab_size": 37, "dim": 45, "n_heads": 3, "ffn_hidden": 90, "max_seq_len": 23}
 ODD_PATTERN = "MAMMA"
+# The candidate's seeded MAMMA model at ODD_SIZES, exported for the judge (fp64).
+ODD_STACK = JudgedStack(f"{ODD_PATTERN}-odd-float64", ODD_PATTERN, ODD_SIZES["vocab_size"],
+                        ODD_SIZES["max_seq_len"], cuts=(0, 6, 13, 21))
 
 
 def _observed(run: dict[str, Any], what: str) -> dict[str, Any]:
@@ -833,15 +870,21 @@ def test_seeded_init_is_deterministic(programs: Any, record_property: Any) -> No
             f"({diffs}): a parameter is left uninitialised or drawn outside the seeded RNG")
 
 
-@observed_in(CANDIDATE_REPORT,
+@observed_in(JUDGE, CANDIDATE_REPORT,
              reports="the prefix and decoding logits at odd sizes, computed in the probe's "
                      "process",
-             uncorroborated='no exported program at these sizes for the judge to run')
-def test_mixer_at_other_model_sizes(record_property: Any) -> None:
+             corroborated_by="the judge runs the candidate's seeded MAMMA program at these "
+                             "sizes itself, with weights and tokens it draws: no logit moves "
+                             "when later tokens change, and with the attention blocks made the "
+                             "identity a changed token moves later logits (the decoding half "
+                             "stays the probe's word, as in "
+                             "test_cached_decoding_matches_full_forward)")
+def test_mixer_at_other_model_sizes(programs: Any, record_property: Any) -> None:
     """With other ModelArgs sizes (vocab 37, an odd dim 45 in 3 heads, ffn 90, max_seq_len 23)
     and the five-layer pattern MAMMA, the model is still causal (prefix recomputation, fp64
     1e-10) and chunked decoding (chunks 1, 2, 4, 6, 23 and an irregular schedule, none dividing
-    23) still equals the full forward (fp32 1e-4, fp64 1e-10)."""
+    23) still equals the full forward (fp32 1e-4, fp64 1e-10). On the judge's side, the
+    candidate's seeded MAMMA program at these sizes is causal and mixes positions."""
     record_property("oracle", "differential")
     record_property("configurations", "cpu-1")
     record_property("tolerance", f"prefix {PREFIX_TOL_FP64}; decoding fp32 1e-4, fp64 1e-10")
@@ -849,6 +892,11 @@ def test_mixer_at_other_model_sizes(record_property: Any) -> None:
                     "the defaults or with floor/ceil where it is not whole (dim // 2 of an odd "
                     "dim), or a chunk boundary assumed to divide the sequence, only shows at "
                     "sizes that do not divide")
+    # The judge's observation first, so a report of the candidate's cannot hide its outcome.
+    program = programs.sized(ODD_STACK.name, ODD_PATTERN, "float64", judge_replay.GLOBAL_BATCH,
+                             ODD_SIZES)
+    _judge_causality(program, ODD_STACK, record_property, mixers_only=False)
+    _judge_mixing(program, ODD_STACK, record_property)
     seq, vocab = ODD_SIZES["max_seq_len"], ODD_SIZES["vocab_size"]
     x = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(11))
     chunks, schedule = [1, 2, 4, 6, 23], [6, 1, 2, 9, 5]

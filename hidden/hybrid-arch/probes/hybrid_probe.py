@@ -207,9 +207,10 @@ def export_programs(patterns: list[str], dtype: str, std: float, seed: int,
 
 
 def seeded_programs(models: list[dict[str, Any]], seed: int, out_dir: str) -> list[str]:
-    """Per entry ``{"pattern", "dtype", "batch", "name"}``: the model ``train`` starts from
-    (``torch.manual_seed(seed)``, ``Transformer(ModelArgs(n_layers=len(pattern),
-    layer_pattern=pattern))``, cast to ``dtype``, train mode), exported with
+    """Per entry ``{"pattern", "dtype", "batch", "name"}`` (and optionally ``"sizes"``, more
+    ``ModelArgs`` fields): the model ``train`` starts from (``torch.manual_seed(seed)``,
+    ``Transformer(ModelArgs(n_layers=len(pattern), layer_pattern=pattern, **sizes))``, cast to
+    ``dtype``, train mode), exported with
     ``torch.export.export`` (functionalized when it keeps in-place operators) for token
     batches of ``batch`` x ``max_seq_len`` and saved with
     ``torch.export.save`` to ``out_dir/<name>.pt2`` (the judge reads the graph and the weights
@@ -219,7 +220,8 @@ def seeded_programs(models: list[dict[str, Any]], seed: int, out_dir: str) -> li
     for entry in models:
         pattern = entry["pattern"]
         torch.manual_seed(seed)
-        model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern))
+        sizes = entry.get("sizes", {})
+        model = m.Transformer(m.ModelArgs(n_layers=len(pattern), layer_pattern=pattern, **sizes))
         model = model.to(getattr(torch, entry["dtype"])).train()
         example = torch.zeros(entry["batch"], model.args.max_seq_len, dtype=torch.long)
         program = torch.export.export(model, (example,))
