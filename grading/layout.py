@@ -34,6 +34,9 @@ CANDIDATE_ENV = frozenset({
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "GIT_DIR", "GIT_WORK_TREE", "GIT_CONFIG_GLOBAL",
     "GIT_CONFIG_NOSYSTEM", "GIT_TERMINAL_PROMPT",
+    # The judge's own, set for every candidate command: where a stuck process leaves its
+    # stacks (grading.stacks).
+    "GRADING_STACKS_DIR",
 })
 # Same role as the harness's attributes: in-tree .gitattributes cannot make git apply convert,
 # filter or re-encode anything.

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from grading import census, sealed, warm_judge, warm_start
+from grading import census, sealed, stacks, warm_judge, warm_start
 from grading.layout import CANDIDATE_ENV
 
 MARKER_VAR = "GRADING_RUN_ID"
@@ -112,10 +112,13 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _left_running(pgid: int, uid: int | None, *, leader_exited: bool) -> list[str]:
+def _left_running(pgid: int, uid: int | None, *, leader_exited: bool,
+                  stacks_dir: Path | None = None, owner: int | None = None) -> list[str]:
     """The census of what runs in the command's process group and, given ``uid`` (a candidate
     command whose end reaps its uid), of every process of that uid (what left the group too);
-    the exited leader (a zombie until waited for) is not listed. Evidence only: a failure to
+    the exited leader (a zombie until waited for) is not listed. Given ``stacks_dir`` (a
+    candidate command's), the census is followed by what those processes answer when asked for
+    their stacks (``grading.stacks``; files owned by ``owner``). Evidence only: a failure to
     read is an empty census."""
     try:
         pids = set(census.group_members(pgid))
@@ -123,7 +126,10 @@ def _left_running(pgid: int, uid: int | None, *, leader_exited: bool) -> list[st
             pids |= set(sealed.processes_of(uid))
         if leader_exited:
             pids.discard(pgid)
-        return census.census(pids)
+        lines = census.census(pids)
+        if lines and stacks_dir is not None:
+            lines += stacks.collect(pids, stacks_dir, owner)
+        return lines
     except OSError:
         return []
 
@@ -268,6 +274,7 @@ def run_command(
         # let one run leave files for the next.
         scratch = sealed.job_dir("scratch")
         child_env["HOME"] = child_env["TMPDIR"] = str(scratch)
+        child_env[stacks.STACKS_DIR_VAR] = str(scratch / stacks.FOLDER)
     # One thread each: results must not depend on the grading machine's core count, and two
     # CPUs shared by several processes oversubscribe quickly.
     child_env["OMP_NUM_THREADS"] = "1"
@@ -307,6 +314,8 @@ def run_command(
     left: list[str] = []
     # The census lists the uid's other processes only when the end of this run kills them.
     reaped_uid = identity.get("user") if identity and reap_candidate else None
+    stacks_dir = scratch / stacks.FOLDER if scratch is not None else None
+    owner = identity.get("user") if identity else None
     try:
         while not proc.exited():
             if time.monotonic() >= deadline:
@@ -314,7 +323,8 @@ def run_command(
             elif watchdog is not None:
                 kill_reason = watchdog()
             if kill_reason is not None:
-                left = _left_running(proc.pid, reaped_uid, leader_exited=False)
+                left = _left_running(proc.pid, reaped_uid, leader_exited=False,
+                                     stacks_dir=stacks_dir, owner=owner)
                 _killpg(proc.pid)
                 while not proc.exited():
                     time.sleep(0.01)
@@ -322,7 +332,8 @@ def run_command(
             time.sleep(_POLL_S)
         duration = time.monotonic() - start
         if kill_reason is None:
-            left = _left_running(proc.pid, reaped_uid, leader_exited=True)
+            left = _left_running(proc.pid, reaped_uid, leader_exited=True,
+                                 stacks_dir=stacks_dir, owner=owner)
         # The leader is a zombie now, so its PGID cannot have been recycled: safe to kill the
         # group even after a normal exit, which takes out children left running in background.
         _killpg(proc.pid)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from grading import stacks
 from grading.warm_start import IDLE_EXIT_S, MAX_MESSAGE, POLL_S, PRELOAD
 
 
@@ -319,6 +320,7 @@ def _become(msg: dict[str, Any], log_fd: int, sock: socket.socket,
         sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
         _stdio(msg["unbuffered"] or _env_flag(env, "PYTHONUNBUFFERED"))
         _fresh_state(msg["cwd"])
+        stacks.install()  # what the interpreter's start does for a cold process (a .pth file)
         sys.path[:] = [_first_path_entry(msg), *_pythonpath(env, msg["cwd"]), *base_path]
         main = _main_module(msg)
     except BaseException as exc:  # the child must never return into the server loop

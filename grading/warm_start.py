@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from grading import jobcgroup, sealed
+from grading import jobcgroup, sealed, stacks
 
 WARM_START_VAR = "GRADING_WARM_START"
 
@@ -65,7 +65,7 @@ DAEMONS_VAR = "GRADING_WARM_DAEMONS"
 PER_RUN_VARS = frozenset({
     "GRADING_RUN_ID", "HOME", "TMPDIR", "PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE",
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK",
-    "GLOO_SOCKET_IFNAME", WARM_START_VAR, DAEMONS_VAR,
+    "GLOO_SOCKET_IFNAME", WARM_START_VAR, DAEMONS_VAR, stacks.STACKS_DIR_VAR,
 })
 
 # The coverage hook (grading.trace) acts at interpreter start: such a process is never warm.

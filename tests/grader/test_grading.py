@@ -138,6 +138,88 @@ def test_run_command_census_after_exit_names_what_the_leader_left(tmp_path: Path
     assert processes_with(token) == []
 
 
+# A candidate program stuck where only its own stack says: the main thread waits on a lock in a
+# function whose name the test knows, a second thread sleeps in another.
+_STUCK_PROGRAM = """
+import sys, threading, time
+def stuck_in_a_teardown_{token}():
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()
+def sleeper_{token}():
+    time.sleep(1000)
+threading.Thread(target=sleeper_{token}, daemon=True).start()
+print("started", flush=True)
+stuck_in_a_teardown_{token}()
+"""
+
+
+def test_a_stuck_candidate_process_leaves_its_own_stacks(tmp_path: Path) -> None:
+    """What a timeout killed, and what a leader left running, each say where they waited:
+    the census is followed by every thread's Python stack, which each process wrote when the
+    grader asked (grading.stacks), without ptrace."""
+    token = uuid.uuid4().hex[:12]
+    job = sealed.job_dir("stuck")
+    program = job / "stuck.py"
+    program.write_text(_STUCK_PROGRAM.format(token=token))
+    program.chmod(0o644)
+    # A timeout: the stuck process is the command's own child.
+    res = run_command([sys.executable, str(program)], job, {"PATH": os.environ["PATH"]},
+                      4.0, tmp_path / "timeout.log")
+    assert res.timed_out
+    log = (tmp_path / "timeout.log").read_text()
+    stacks = log.split("still running when it was killed:", 1)[1]
+    assert "in its own words (faulthandler):" in stacks, log
+    assert f"stuck_in_a_teardown_{token}" in stacks and f"sleeper_{token}" in stacks, log
+    # A leader that exits and leaves it running (the launcher killed by a test's timeout), in
+    # a job of its own (the first one's folder is its uid's).
+    job = sealed.job_dir("left")
+    program = job / "stuck.py"
+    program.write_text(_STUCK_PROGRAM.format(token=token))
+    program.chmod(0o644)
+    script = f"{sys.executable} {program} & sleep 3; exit 0"
+    res = run_command(script, job, {"PATH": os.environ["PATH"]}, 60, tmp_path / "left.log")
+    assert res.exit_code == 0 and not res.timed_out
+    log = (tmp_path / "left.log").read_text()
+    stacks = log.split("still running after it ended (killed then):", 1)[1]
+    assert f"stuck_in_a_teardown_{token}" in stacks, log
+    assert processes_with(f"stuck_in_a_teardown_{token}") == []
+
+
+def test_a_stacks_file_the_candidate_forges_reaches_nothing_of_the_judges(tmp_path: Path) -> None:
+    """The stacks folder is the candidate's: a process that swaps its stacks file for a link to
+    a file only the judge may read, or for a FIFO, gets neither read into the log (and the
+    judge does not block on the FIFO)."""
+    secret = tmp_path / "judge-only.txt"
+    marker = f"JUDGE-SECRET-{uuid.uuid4().hex}"
+    secret.write_text(marker)
+    secret.chmod(0o600)
+    job = sealed.job_dir("forger")
+    program = job / "forger.py"
+    program.write_text(textwrap.dedent(f"""
+        import os, time
+        folder = os.environ["GRADING_STACKS_DIR"]
+        mine = os.path.join(folder, f"stacks-{{os.getpid()}}.txt")
+        os.unlink(mine)
+        os.symlink({str(secret)!r}, mine)
+        child = os.fork()
+        if child == 0:
+            theirs = os.path.join(folder, f"stacks-{{os.getpid()}}.txt")
+            os.unlink(theirs)
+            os.mkfifo(theirs)
+        print("ready", flush=True)
+        time.sleep(1000)
+    """))
+    program.chmod(0o644)
+    t0 = time.monotonic()
+    res = run_command([sys.executable, str(program)], job, {"PATH": os.environ["PATH"]},
+                      4.0, tmp_path / "forger.log")
+    assert res.timed_out and time.monotonic() - t0 < 30
+    log = (tmp_path / "forger.log").read_text()
+    assert "ready" in log and marker not in log
+    assert log.count("no stacks (it did not answer SIGUSR2)") == 2, log
+
+
 def test_run_command_reports_signal_env_and_caps_log(tmp_path: Path) -> None:
     code = (
         "import os, sys\n"

@@ -302,6 +302,21 @@ def test_a_warm_hang_is_killed_with_what_it_started(tmp_path: Path, warm: None) 
     assert sealed.candidate_pids() == []
 
 
+def test_a_stuck_warm_process_leaves_its_own_stacks(tmp_path: Path, warm: None) -> None:
+    """A warm-started process answers the grader's request for its stacks as a fresh one does
+    (grading.stacks, installed in the child once it has its run's environment)."""
+    hang = script("stuck.py", "import time\n"
+                              "def waiting_in_a_warm_child():\n"
+                              "    time.sleep(1000)\n"
+                              "waiting_in_a_warm_child()\n")
+    res = run_command([sys.executable, str(hang)], hang.parent, {"PATH": os.environ["PATH"]},
+                      8, tmp_path / "s.log")
+    log = (tmp_path / "s.log").read_text()
+    assert warm_started(tmp_path / "s.log") and res.timed_out
+    assert "in its own words (faulthandler):" in log, log
+    assert "waiting_in_a_warm_child" in log.split("still running when it was killed:", 1)[1]
+
+
 def test_a_warm_process_cannot_reach_the_server(tmp_path: Path, warm: None) -> None:
     """The server is root's: the candidate can neither signal nor read it, and holds no
     descriptor of it."""
@@ -316,7 +331,10 @@ def test_a_warm_process_cannot_reach_the_server(tmp_path: Path, warm: None) -> N
         "        act(); result[what] = 'done'\n"
         "    except OSError as exc:\n"
         "        result[what] = type(exc).__name__\n"
-        "result['fds'] = sorted(os.listdir('/proc/self/fd'))\n"
+        "result['fds'] = {fd: os.readlink(f'/proc/self/fd/{fd}')\n"
+        "                 for fd in os.listdir('/proc/self/fd')\n"
+        "                 if os.path.exists(f'/proc/self/fd/{fd}')}\n"
+        "result['stacks'] = os.environ['GRADING_STACKS_DIR'] + f'/stacks-{os.getpid()}.txt'\n"
         "print(json.dumps(result))\n")
     res = run_command([sys.executable, str(attack)], attack.parent,
                       {"PATH": os.environ["PATH"]}, 60, tmp_path / "a.log")
@@ -325,7 +343,10 @@ def test_a_warm_process_cannot_reach_the_server(tmp_path: Path, warm: None) -> N
     result = json.loads(line[0])
     assert result["kill"] == "PermissionError"
     assert result["mem"] == result["environ"] == "PermissionError"
-    assert result["fds"] == ["0", "1", "2", "3"]
+    # Beyond stdio it holds only the file its stacks would go to (grading.stacks); the
+    # listing's own descriptor is closed by the time it is read.
+    beyond = [target for fd, target in result["fds"].items() if fd not in ("0", "1", "2")]
+    assert beyond == [result["stacks"]], result
     # The server lives on and serves the next run.
     res = run_command([sys.executable, str(attack)], attack.parent,
                       {"PATH": os.environ["PATH"]}, 60, tmp_path / "b.log")
