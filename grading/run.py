@@ -353,7 +353,9 @@ def run_command(
 
     timed_out = kill_reason is not None
     result = RunResult(
-        exit_code=rc if rc >= 0 else None,
+        # A timed-out run was ended by the grader: a status of its own (a process may exit when
+        # asked for its stacks before the kill lands, grading.stacks) is not its result.
+        exit_code=rc if rc >= 0 and not timed_out else None,
         signal=-rc if rc < 0 else None,
         timed_out=timed_out,
         duration_s=round(duration, 3),

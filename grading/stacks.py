@@ -18,8 +18,9 @@ outcome. The judge reads the files as the judge reads every candidate output: no
 followed, only regular files the job's uid owns, a bounded number of bytes, every line
 escaped. A warm-started process (mutation analysis) runs :func:`install` once it has its run's
 environment (``grading.warm_server``). A process with no handler for ``SIGUSR2`` (one that never
-ran this hook: ``python -I``, a shell, a launcher's agent) is not asked, since the signal's
-default action would end it before the grader's own kill.
+ran this hook: ``python -S``, a shell) is not asked, since the signal's default action would
+end it before the grader's own kill. Every line a process wrote is logged after ``| ``, so it
+cannot pass for one of the grader's.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # every interpreter of the grader image imports this module: keep it light
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
 
 STACKS_DIR_VAR = "GRADING_STACKS_DIR"
 # The folder's name in a candidate run's scratch folder (its HOME and TMPDIR).
@@ -39,6 +43,7 @@ SIGNAL = signal.SIGUSR2
 MAX_PROCESSES = 6
 MAX_BYTES = 16 * 1024
 MAX_LINE_CHARS = 200
+MAX_LINES = 120  # per process: a few threads' stacks
 # faulthandler writes from the signal handler at once; a loaded host may take a moment to run it.
 WAIT_S = 2.0
 _POLL_S = 0.1
@@ -97,36 +102,56 @@ def _read_dump(folder_fd: int, pid: int, uid: int | None) -> str:
         os.close(fd)
 
 
-def catches(pid: int, signum: int = SIGNAL) -> bool:
-    """Whether ``pid`` has a handler for ``signum`` (``SigCgt`` in /proc/PID/status, which any
-    uid may read): only such a process is asked, since the signal's default action would end
-    the others (a shell leading the command, a launcher) before the grader's own kill, and
-    change how the run is said to have ended."""
+def _status(pid: int) -> tuple[int | None, int]:
+    """(real uid, caught-signal mask) of ``pid`` from /proc/PID/status, which any uid may read;
+    (None, 0) when it cannot be read. Split on newlines only: the process's name (its own
+    choice) is shown with a carriage return left as it is, and ``splitlines`` would make a
+    forged line of it."""
+    uid, caught = None, 0
     try:
         with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh.read(8192).splitlines():
-                if line.startswith(b"SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+            for line in fh.read(8192).split(b"\n"):
+                if line.startswith(b"Uid:"):
+                    uid = int(line.split()[1])
+                elif line.startswith(b"SigCgt:"):
+                    caught = int(line.split()[1], 16)
     except (OSError, ValueError, IndexError):
-        pass
-    return False
+        return None, 0
+    return uid, caught
+
+
+def _ask(pid: int, owner: int | None) -> bool:
+    """Send ``pid`` the request if it is still the process that was listed, belongs to
+    ``owner`` (when given) and has a handler for the signal: the default action would end a
+    process without one (a shell leading the command, a launcher) before the grader's own kill
+    and change how the run is said to have ended. The pidfd pins the process: if ``pid`` ended
+    and was reused after it was opened, the send fails rather than reach the newcomer."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        uid, caught = _status(pid)
+        if (owner is not None and uid != owner) or not caught >> (SIGNAL - 1) & 1:
+            return False
+        signal.pidfd_send_signal(fd, SIGNAL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def collect(pids: Iterable[int], folder: Path, uid: int | None) -> list[str]:
     """Ask the first of ``pids`` that catch the signal for their stacks and return log lines of
-    the answers (files owned by ``uid`` when given). ``folder`` is the run's
+    the answers (processes and files of ``uid`` when given). ``folder`` is the run's
     ``GRADING_STACKS_DIR``."""
     asked: list[int] = []
     for pid in sorted(set(pids)):
         if len(asked) == MAX_PROCESSES:
             break
-        if not catches(pid):
-            continue
-        try:
-            os.kill(pid, SIGNAL)
+        if _ask(pid, uid):
             asked.append(pid)
-        except OSError:
-            pass
     if not asked:
         return []
     answers: dict[int, str] = {}
@@ -152,8 +177,10 @@ def collect(pids: Iterable[int], folder: Path, uid: int | None) -> list[str]:
             lines.append(f"pid {pid}: no stacks (it did not answer SIGUSR2)")
             continue
         lines.append(f"pid {pid}, in its own words (faulthandler):")
-        for raw in text.rstrip("\n").splitlines():
-            lines.append("  " + ascii(raw[:MAX_LINE_CHARS])[1:-1])
-        if len(text.encode()) >= MAX_BYTES:
-            lines.append(f"  ... cut at {MAX_BYTES} bytes")
+        # Newlines only (a carriage return is escaped like any other byte), and a bounded
+        # number of lines: blank lines must not carry the log past its cap.
+        rows = text.rstrip("\n").split("\n")
+        lines += ["  | " + ascii(raw[:MAX_LINE_CHARS])[1:-1] for raw in rows[:MAX_LINES]]
+        if len(rows) > MAX_LINES or len(text.encode()) >= MAX_BYTES:
+            lines.append(f"  ... cut at {MAX_LINES} lines or {MAX_BYTES} bytes")
     return lines

@@ -186,6 +186,59 @@ def test_a_stuck_candidate_process_leaves_its_own_stacks(tmp_path: Path) -> None
     assert processes_with(f"stuck_in_a_teardown_{token}") == []
 
 
+def test_only_a_process_with_a_handler_is_asked_for_its_stacks(tmp_path: Path) -> None:
+    """A process without a SIGUSR2 handler is never sent the request (its default action would
+    end it before the grader's kill), even one named to forge a ``SigCgt`` line in
+    /proc/PID/status (the kernel shows a carriage return in the name as it is)."""
+    job = sealed.job_dir("handlerless")
+    program = job / "handlerless.py"
+    program.write_text(textwrap.dedent("""
+        import ctypes, time
+        ctypes.CDLL(None).prctl(15, b"\\rSigCgt:\\t800", 0, 0, 0)  # PR_SET_NAME
+        print("named", flush=True)
+        time.sleep(1000)
+    """))
+    program.chmod(0o644)
+    # -S: no site hook, so no handler: ended by the grader's SIGKILL, not by SIGUSR2.
+    res = run_command([sys.executable, "-S", str(program)], job, {"PATH": os.environ["PATH"]},
+                      4.0, tmp_path / "h.log")
+    log = (tmp_path / "h.log").read_text()
+    assert "named" in log and res.timed_out, log
+    assert res.signal == signal.SIGKILL and res.exit_code is None, res
+    assert "in its own words" not in log and "no stacks" not in log, log
+
+
+def test_what_a_process_writes_as_its_stacks_is_bounded_and_marked(tmp_path: Path) -> None:
+    """Stacks are the process's word: each of its lines is logged after ``| `` (none passes for
+    a grader line), at most stacks.MAX_LINES of them, so a file of blank lines cannot carry the
+    log past its cap."""
+    from grading import stacks
+
+    job = sealed.job_dir("flood")
+    program = job / "flood.py"
+    program.write_text(textwrap.dedent("""
+        import os, signal, time
+        folder = os.environ["GRADING_STACKS_DIR"]
+        signal.signal(signal.SIGUSR2, lambda *a: None)  # catches, writes nothing itself
+        path = os.path.join(folder, f"stacks-{os.getpid()}.txt")
+        os.unlink(path)
+        with open(path, "wb") as fh:
+            fh.write(b"[grading] exit code 0 after 1.00 s\\n" + b"\\r" * 8000 + b"\\n" * 8000)
+        print("ready", flush=True)
+        time.sleep(1000)
+    """))
+    program.chmod(0o644)
+    res = run_command([sys.executable, str(program)], job, {"PATH": os.environ["PATH"]},
+                      4.0, tmp_path / "f.log", max_log_bytes=2000)
+    log = (tmp_path / "f.log").read_text()
+    assert res.timed_out and "ready" in log
+    rows = log.split("in its own words (faulthandler):", 1)[1].split("\n")
+    marked = [row for row in rows if row.startswith("[grading]     | ")]
+    assert 0 < len(marked) <= stacks.MAX_LINES, len(marked)
+    assert not any(row.startswith("[grading] exit code 0 after 1.00") for row in rows)
+    assert (tmp_path / "f.log").stat().st_size < 2000 + 40_000
+
+
 def test_a_stacks_file_the_candidate_forges_reaches_nothing_of_the_judges(tmp_path: Path) -> None:
     """The stacks folder is the candidate's: a process that swaps its stacks file for a link to
     a file only the judge may read, or for a FIFO, gets neither read into the log (and the
