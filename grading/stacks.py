@@ -158,6 +158,7 @@ def collect(pids: Iterable[int], folder: Path, uid: int | None) -> list[str]:
     deadline = time.monotonic() + WAIT_S
     while True:
         time.sleep(_POLL_S)
+        before = dict(answers)
         try:
             folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
@@ -168,7 +169,11 @@ def collect(pids: Iterable[int], folder: Path, uid: int | None) -> list[str]:
                     answers[pid] = _read_dump(folder_fd, pid, uid)
             finally:
                 os.close(folder_fd)
-        if all(answers.get(p) for p in asked) or time.monotonic() >= deadline:
+        # Every process answered, and no answer grew since the last look (a dump is written
+        # as it walks the threads).
+        if all(answers.get(p) for p in asked) and answers == before:
+            break
+        if time.monotonic() >= deadline:
             break
     lines = []
     for pid in asked:
