@@ -78,6 +78,18 @@ STRING_ARGUMENTS = frozenset({"approximate", "rounding_mode", "reduce", "reducti
                               "interpolation", "norm", "compute_mode"})
 
 
+def _copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``aten.copy`` (the functional form export gives an in-place slice write): ``self``'s
+    shape and dtype holding ``src``'s values. ATen has no derivative for it, and the judge takes
+    gradients through the graph, so it runs as this equivalent, whose gradient reaches ``src``
+    (``self``'s old values are overwritten: none reaches it)."""
+    return src.to(dtype=self.dtype, device=self.device).expand(self.shape).clone()
+
+
+# Functional operators ATen cannot differentiate, run as equivalents with the same values.
+DIFFERENTIABLE = {"aten::copy": _copy}
+
+
 def _check_node(node: Mapping[str, Any], op: torch._ops.OpOverload) -> None:
     """Operators with effects outside the graph and string arguments that are not options are
     refused; random draws too, attention's optional dropout only when it is off."""
@@ -159,7 +171,7 @@ class Program:
                     kwargs[item["name"]] = value
                 else:
                     args.append(value)
-            result = op(*args, **kwargs)
+            result = DIFFERENTIABLE.get(op.name(), op)(*args, **kwargs)
             _bind(node["outputs"], result, env)
         out = env[self.output]
         if type(out) is not torch.Tensor:
