@@ -268,13 +268,14 @@ def run_command(
     if as_candidate:
         left_out = sorted(k for k, v in child_env.items() if _judges_own(k, v))
         child_env = {k: v for k, v in child_env.items() if not _judges_own(k, v)}
-    scratch = None
+    scratch = stacks_dir = None
     if as_candidate:
         # Its own home and temp folder: the judge's are closed to it, and a shared one would
         # let one run leave files for the next.
         scratch = sealed.job_dir("scratch")
         child_env["HOME"] = child_env["TMPDIR"] = str(scratch)
-        child_env[stacks.STACKS_DIR_VAR] = str(scratch / stacks.FOLDER)
+        stacks_dir = scratch / stacks.FOLDER
+        child_env[stacks.STACKS_DIR_VAR] = str(stacks_dir)
     # One thread each: results must not depend on the grading machine's core count, and two
     # CPUs shared by several processes oversubscribe quickly.
     child_env["OMP_NUM_THREADS"] = "1"
@@ -312,10 +313,9 @@ def run_command(
     deadline = start + timeout_s
     kill_reason: str | None = None
     left: list[str] = []
-    # The census lists the uid's other processes only when the end of this run kills them.
-    reaped_uid = identity.get("user") if identity and reap_candidate else None
-    stacks_dir = scratch / stacks.FOLDER if scratch is not None else None
     owner = identity.get("user") if identity else None
+    # The census lists the uid's other processes only when the end of this run kills them.
+    reaped_uid = owner if reap_candidate else None
     try:
         while not proc.exited():
             if time.monotonic() >= deadline:

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from grading import stacks
@@ -32,23 +34,28 @@ time.sleep(1000)
 """
 
 
-def _start(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
+@contextmanager
+def _running(code: str, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``code`` in a fresh ``python -S``, once it says it is ready; SIGKILLed afterwards."""
     proc = subprocess.Popen([sys.executable, "-S", "-c", code], env=env, text=True,
                             stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _hooked_env(folder: Path) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT),
+            stacks.STACKS_DIR_VAR: str(folder)}
 
 
 def test_a_process_with_the_hook_answers_with_its_stacks(tmp_path: Path) -> None:
     folder = tmp_path / "stacks"
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT),
-           stacks.STACKS_DIR_VAR: str(folder)}
-    proc = _start(_STUCK, env)
-    try:
+    with _running(_STUCK, _hooked_env(folder)) as proc:
         lines = stacks.collect([proc.pid], folder, os.getuid())
-    finally:
-        proc.kill()
-        proc.wait()
     assert lines[0] == f"pid {proc.pid}, in its own words (faulthandler):", lines
     assert any("waiting_here_for_the_test" in line for line in lines), lines
     assert all(line.startswith("  | ") for line in lines[1:]), lines
@@ -57,27 +64,17 @@ def test_a_process_with_the_hook_answers_with_its_stacks(tmp_path: Path) -> None
 def test_a_process_without_a_handler_is_not_asked_whatever_its_name(tmp_path: Path) -> None:
     """Its name forges a SigCgt line in /proc/PID/status; the signal's default action would end
     it, so it must not be sent."""
-    proc = _start(_HANDLERLESS, {"PATH": os.environ["PATH"]})
-    try:
+    with _running(_HANDLERLESS, {"PATH": os.environ["PATH"]}) as proc:
         assert stacks.collect([proc.pid], tmp_path, None) == []
         time.sleep(0.2)
         assert proc.poll() is None, "the process was signalled"
-    finally:
-        proc.kill()
-        proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
 
 def test_a_process_of_another_uid_is_not_asked(tmp_path: Path) -> None:
     folder = tmp_path / "stacks"
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO_ROOT),
-           stacks.STACKS_DIR_VAR: str(folder)}
-    proc = _start(_STUCK, env)
-    try:
+    with _running(_STUCK, _hooked_env(folder)) as proc:
         assert stacks.collect([proc.pid], folder, os.getuid() + 1) == []
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_the_judge_reads_no_link_and_no_fifo_and_bounds_what_it_reads(tmp_path: Path) -> None:
