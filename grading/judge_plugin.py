@@ -9,6 +9,8 @@ Three jobs:
   check may not end on a ``SealError`` (candidate processes that survived SIGKILL). Either is a
   grader defect: the test is failed and the grader is told through a flag file
   (``GRADING_JUDGE_FLAGS``), which turns the whole grade into a grader error;
+- a check that ends on a ``JudgeLimitation`` (the judge's machinery could not evaluate what it
+  had accepted) is the same kind of grader defect, never the submission's ``fail``;
 - each check's declaration of where its observations are made (``grading.observation``:
   judge, outside, candidate_report) in its evidence, ``undeclared`` when it makes none;
 - each check's evidence as soon as it finishes (``GRADING_JUDGE_EVIDENCE``, one JSON line per
@@ -28,6 +30,7 @@ from typing import Any
 import pytest
 
 from grading import observation, sealed
+from grading.errors import JudgeLimitation
 from grading.probe import CandidateRunFailed
 from grading.sealed import SealError
 
@@ -98,6 +101,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
     elif isinstance(error, SealError):
         # The boundary itself failed (a candidate process that would not die): no verdict.
         sealed.flag_grader_defect(f"{item.nodeid}: grader defect: {error}")
+    elif isinstance(error, JudgeLimitation):
+        # The judge could not evaluate what it accepted: its own gap, so no verdict either.
+        sealed.flag_grader_defect(f"{item.nodeid}: grader defect: the judge's limitation: "
+                                  f"{error}")
     yield
 
 

@@ -51,6 +51,7 @@ def test_grading_suite_passes_inside_the_grader_image(
         assert (box.job_cgroups.path is not None) == job_cgroups.support(client).available
         box.put_archive("/workspace", _tree_tar([
             "tests/grader", "tests/fixtures", "hidden/tiny-regression",
+            "hidden/hybrid-arch/checks/graph_exec.py",
         ]))
         # The judge's own permissions, as grading really runs: root with JUDGE_CAPABILITIES,
         # candidate code as the image's candidate uid.

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from grading.errors import JudgeLimitation
 from torch._export.serde.serialize import (
     _SERIALIZE_TO_TORCH_DTYPE,
     _SERIALIZE_TO_TORCH_LAYOUT,
@@ -88,6 +89,39 @@ def _copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
 
 # Functional operators ATen cannot differentiate, run as equivalents with the same values.
 DIFFERENTIABLE = {"aten::copy": _copy}
+# The node ATen's autograd records for an operator that has no derivative.
+NO_DERIVATIVE = "torch::autograd::NotImplemented"
+
+
+class _Undifferentiable(torch.autograd.Function):
+    """Identity on an operator's output that has no derivative the judge can take.
+
+    A gradient reaching it raises JudgeLimitation before it reaches ATen's own error. The
+    judge accepted the operator, so the gap is the judge's. It must not read as the
+    submission's fail (the aten.copy case: eight training checks failed a submission whose
+    training was the reference's).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor, operator: str) -> torch.Tensor:
+        ctx.operator = operator
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+        raise JudgeLimitation(f"the judge runs {ctx.operator} but cannot differentiate it "
+                              f"(ATen has no derivative for it and the judge no equivalent "
+                              f"in graph_exec.DIFFERENTIABLE)")
+
+
+def _guard_derivatives(result: Any, operator: str) -> Any:
+    if isinstance(result, torch.Tensor):
+        if result.grad_fn is not None and result.grad_fn.name() == NO_DERIVATIVE:
+            return _Undifferentiable.apply(result, operator)
+        return result
+    if isinstance(result, (tuple, list)):
+        return type(result)(tuple(_guard_derivatives(item, operator) for item in result))
+    return result
 
 
 def _check_node(node: Mapping[str, Any], op: torch._ops.OpOverload) -> None:
@@ -172,7 +206,7 @@ class Program:
                 else:
                     args.append(value)
             result = DIFFERENTIABLE.get(op.name(), op)(*args, **kwargs)
-            _bind(node["outputs"], result, env)
+            _bind(node["outputs"], _guard_derivatives(result, op.name()), env)
         out = env[self.output]
         if type(out) is not torch.Tensor:
             raise GraphRefused("the program's output is not a tensor")
