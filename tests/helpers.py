@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,6 +19,19 @@ from harness.paths import REPO_ROOT
 
 HARNESS = [sys.executable, "-m", "harness.cli"]
 SOLVE = REPO_ROOT / "tests/fixtures/agents/tiny-regression-solve.yaml"
+
+
+def run_judge_checks(checks: Path, *args: str, env: dict[str, str] | None = None
+                     ) -> subprocess.CompletedProcess[str]:
+    """Real pytest on the check files in ``checks`` with the judge's plugin
+    (``grading.judge_plugin``), as the grader runs hidden checks, apart from this suite's own
+    plugins and configuration."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
+         "--rootdir", str(checks), "-p", "grading.judge_plugin", *args, str(checks)],
+        cwd=checks.parent, capture_output=True, text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT),
+             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", **(env or {})})
 
 
 def solve_edits() -> list[dict[str, Any]]:

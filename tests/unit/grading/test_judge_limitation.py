@@ -6,11 +6,9 @@ the grader runs the hidden checks, with the flag file the grader reads afterward
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.helpers import run_judge_checks
 
 CHECKS = '''
 from grading.errors import JudgeLimitation
@@ -31,12 +29,7 @@ def test_a_judge_limitation_is_flagged_and_a_plain_failure_is_not(tmp_path: Path
     checks.mkdir()
     (checks / "test_limits.py").write_text(CHECKS)
     flags = tmp_path / "flags"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
-         "--rootdir", str(checks), "-p", "grading.judge_plugin", str(checks)],
-        cwd=tmp_path, capture_output=True, text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "GRADING_JUDGE_FLAGS": str(flags)})
+    proc = run_judge_checks(checks, env={"GRADING_JUDGE_FLAGS": str(flags)})
     assert "3 failed" in proc.stdout, proc.stdout + proc.stderr
     lines = flags.read_text().splitlines()
     assert lines == ["test_limits.py::test_judge_cannot_evaluate: grader defect: the judge's "

@@ -8,8 +8,6 @@ evidence (the last tests here run it). docs/grading.md lists every check with it
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 
 from grading import observation
 from grading.hidden import discover_hidden_tests
+from tests.helpers import run_judge_checks
 
 # observed_in() makes its marker in this test's own pytest, where only the judge's plugin would
 # register it.
@@ -167,12 +166,7 @@ def test_the_judge_plugin_puts_the_declaration_into_each_checks_evidence(tmp_pat
     checks.mkdir()
     (checks / "test_kinds.py").write_text(CHECKS)
     junit = tmp_path / "junit.xml"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
-         "--rootdir", str(checks), "-p", "grading.judge_plugin", "--junitxml", str(junit),
-         str(checks)], cwd=tmp_path, capture_output=True, text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    proc = run_judge_checks(checks, "--junitxml", str(junit))
     assert junit.is_file(), proc.stdout + proc.stderr
     props = {case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
              for case in ET.parse(junit).getroot().iter("testcase")}
