@@ -105,15 +105,21 @@ def validate(
         help="grade only these variants (e.g. fault:<id>, regression:<id>), keep the others "
         "from the summary")]
     = None,
+    resume: Annotated[bool, typer.Option(
+        help="go on with the task's newest validation that was stopped: keep each variant "
+        "whose grading finished with the same inputs, grade the others")] = False,
 ) -> None:
     """Gold validation: reference passes, baseline and every fault fail exactly as documented."""
     from harness.oracle.validate import previous_report, validate_task, write_report
     from harness.records.tasks import task_paths
 
+    if resume and variant:
+        raise HarnessError("--resume and --variant cannot be combined",
+                           "resume the stopped validation first, then grade variants again")
     paths = task_paths(task, packet=packet, hidden=hidden, needs=("validation.yaml",))
     previous = previous_report(report_dir, task) if variant else None
     result = validate_task(task, paths.packet, paths.hidden, DEFAULT_RUNS / "validation",
-                           log=log, only=variant, previous=previous)
+                           log=log, only=variant, previous=previous, resume=resume)
     table = Table(title=f"gold validation: {task}")
     table.add_column("contract")
     for graded in result.variants:

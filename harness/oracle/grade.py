@@ -46,6 +46,7 @@ from harness.records.attempt import (
     GradeSummary,
     atomic_write,
     extend_manifest,
+    manifest_problem,
     new_numbered_dir,
     write_grade_summary,
     write_manifest,
@@ -252,6 +253,39 @@ class ContractLines:
                 self.log(f"  {one_line(text, 200)}")
 
 
+def fixed_inputs(client: docker.DockerClient, packet_yaml: Path, baseline: Path,
+                 hidden: Path) -> dict[str, str]:
+    """What a grading depends on besides its diff (``reuse.GradingInputs`` less the diff)."""
+    return {
+        "grader_image_id": images.image_id(client, "grader"),
+        "task_id": load_packet_spec(packet_yaml).id,
+        "packet_yaml_sha256": file_sha256(packet_yaml),
+        "baseline_tree_sha256": tree_sha256(baseline),
+        "hidden_tree_sha256": tree_sha256(hidden),
+        "grader_source_sha256": grader_source_sha256(),
+    }
+
+
+def finished_grading(out_dir: Path, inputs: reuse.GradingInputs) -> GradeReport | None:
+    """The grade ``grade_diff`` finished in ``out_dir`` for exactly ``inputs``, else None.
+
+    grade_diff writes ``grader.json`` and the folder's manifest last, whatever happened. So
+    a grading that was cut short, failed, or was made with other inputs is not taken. Nor is
+    a folder with a link in it or any file changed since. The grade is bound again as a
+    fresh one is.
+    """
+    if reuse.plain_files(out_dir) is None or manifest_problem(out_dir) is not None \
+            or reuse.recorded_inputs(out_dir) != inputs:
+        return None
+    try:
+        record = json.loads((out_dir / reuse.GRADER_RECORD).read_bytes())
+        expected = Expected(submission_id=record["expected"]["submission_id"],
+                            **inputs.model_dump(include=set(Expected.model_fields)))
+        return bind_report((out_dir / "out" / "grade.json").read_bytes(), expected)
+    except (OSError, ValueError, KeyError, TypeError, GraderFailed):
+        return None
+
+
 def grade_diff(
     inputs: GraderInputs,
     out_dir: Path,
@@ -431,14 +465,7 @@ def grade_snapshots(
     random.SystemRandom().shuffle(order)
     packet_yaml = Path(record.packet_dir) / "packet.yaml"
     study_dir = reuse.study_folder(attempt_dir)
-    same_inputs = {
-        "grader_image_id": images.image_id(client, "grader"),
-        "task_id": load_packet_spec(packet_yaml).id,
-        "packet_yaml_sha256": file_sha256(packet_yaml),
-        "baseline_tree_sha256": tree_sha256(paths.baseline),
-        "hidden_tree_sha256": tree_sha256(Path(record.hidden_dir)),
-        "grader_source_sha256": grader_source_sha256(),
-    }
+    same_inputs = fixed_inputs(client, packet_yaml, paths.baseline, Path(record.hidden_dir))
     graded: dict[str, SnapshotGrade] = {}
     for snap in order:
         assert snap.diff is not None and snap.sha256 is not None

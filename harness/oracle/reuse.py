@@ -114,7 +114,7 @@ def recorded_inputs(grading_dir: Path) -> GradingInputs | None:
         return None
 
 
-def _plain_files(folder: Path) -> dict[str, str] | None:
+def plain_files(folder: Path) -> dict[str, str] | None:
     """sha256 of every file under ``folder`` (relative paths), or None when anything there is
     not a regular file or folder (a link, a FIFO, a socket)."""
     files: dict[str, str] = {}
@@ -152,7 +152,7 @@ def _source_files(attempt_dir: Path, grading_dir: Path, study: str) -> dict[str,
     prefix = grading_dir.relative_to(attempt_dir).as_posix() + "/"
     under = {rel[len(prefix):]: digest for rel, digest in listed.items()
              if rel.startswith(prefix)}
-    now = _plain_files(grading_dir)
+    now = plain_files(grading_dir)
     if not under or now is None or now != under:
         return None
     # What grade_diff wrote is the grading; a final grade's summary is its attempt's record.

@@ -12,11 +12,17 @@ The grading path runs, for real, in fresh grader containers on:
   (TrainCheck's calibration) uses ``faults/`` only.
 A mismatch in any direction fails validation. Contracts that could not run here (``not_run``,
 e.g. CUDA on a CPU machine) are listed, never counted as agreeing.
+
+A validation that was stopped (a killed process, a host that went down) goes on where it
+stopped with ``resume``. Each variant whose grading had finished with exactly the inputs it
+would be graded with now is kept (``grade.finished_grading``). Any other variant is graded
+again, and the folder of its unfinished grading is moved aside, not deleted.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,7 +32,8 @@ import docker
 from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.workspace import apply_patch, compute_diff, snapshot_baseline
-from harness.oracle.grade import GraderInputs, grade_diff
+from harness.oracle import reuse
+from harness.oracle.grade import GraderInputs, finished_grading, fixed_inputs, grade_diff
 from harness.oracle.requirements import defined_checks, trace_problems
 from harness.records.attempt import new_numbered_dir
 from harness.records.tasks import (
@@ -37,6 +44,9 @@ from harness.records.tasks import (
     VariantResult,
     load_yaml,
 )
+
+VALIDATION_PREFIX = "validation"
+SUMMARY_NAME = "validation.json"
 
 
 def _matches(contract: str, patterns: list[str]) -> bool:
@@ -90,9 +100,11 @@ def validate_task(
     log: Callable[[str], None] = print,
     only: list[str] | None = None,
     previous: ValidationReport | None = None,
+    resume: bool = False,
 ) -> ValidationReport:
     """Grade the reference, the baseline and every fault. With ``only``, grade just those
-    variants and keep the others' results from ``previous`` (e.g. after adding one fault)."""
+    variants and keep the others' results from ``previous`` (e.g. after adding one fault).
+    With ``resume``, go on with the task's newest validation that did not finish."""
     spec = load_yaml(hidden_dir / "validation.yaml", ValidationSpec)
     assert isinstance(spec, ValidationSpec)
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
@@ -102,7 +114,8 @@ def validate_task(
     for problem in problems:
         log(f"requirements trace: {problem}")
     client = client or images.docker_client()
-    out_dir = new_numbered_dir(out_root / task, "validation")
+    out_dir = (unfinished_validation(out_root / task) if resume
+               else new_numbered_dir(out_root / task, VALIDATION_PREFIX))
     variants: list[VariantResult] = []
     with tempfile.TemporaryDirectory(prefix="harness-validate-") as tmp:
         work = Path(tmp)
@@ -127,16 +140,28 @@ def validate_task(
                 raise HarnessError(f"unknown variant(s) {sorted(unknown)}",
                                    "use reference, baseline, fault:<id> or regression:<id>")
             plans = [plan for plan in plans if plan[0] in only]
+        fixed = (fixed_inputs(client, packet_dir / "packet.yaml", baseline, hidden_dir)
+                 if resume else {})
         for variant, patch, expected in plans:
             diff_path = work / f"{variant.replace(':', '-')}.diff"
             diff_path.write_bytes(patch)
             grade_dir = out_dir / variant.replace(":", "-")
-            grade_dir.mkdir()
-            log(f"grading {variant}")
-            report = grade_diff(GraderInputs(baseline=baseline,
-                                             packet_yaml=packet_dir / "packet.yaml",
-                                             hidden=hidden_dir, diff=diff_path),
-                                grade_dir, client=client)
+            report, start = None, f"grading {variant}"
+            if resume and grade_dir.exists():
+                report = finished_grading(grade_dir, reuse.GradingInputs(
+                    diff_sha256=hashlib.sha256(patch).hexdigest(), **fixed))
+                if report is not None:
+                    log(f"kept {variant}: its grading had finished")
+                else:
+                    aside = _set_aside(grade_dir)
+                    start += f" again (its unfinished grading is in {aside.name})"
+            if report is None:
+                grade_dir.mkdir()
+                log(start)
+                report = grade_diff(GraderInputs(baseline=baseline,
+                                                 packet_yaml=packet_dir / "packet.yaml",
+                                                 hidden=hidden_dir, diff=diff_path),
+                                    grade_dir, client=client)
             outcomes: dict[str, str] = {c.id: c.outcome for c in report.contracts}
             mismatches = compare(variant, outcomes, expected)
             if variant == "reference":
@@ -167,7 +192,7 @@ def validate_task(
         task=task, ok=not any(v.mismatches for v in variants) and not problems,
         contracts=contracts, variants=variants, not_run=not_run,
         requirement_problems=problems)
-    (out_dir / "validation.json").write_text(result.model_dump_json(indent=1))
+    (out_dir / SUMMARY_NAME).write_text(result.model_dump_json(indent=1))
     (out_dir / "validation.md").write_text(render_markdown(result))
     return result
 
@@ -175,6 +200,31 @@ def validate_task(
 # Where a check's observations are made (grading.observation's evidence properties): a column
 # of its own, never part of what it measured.
 OBSERVATION_PROPERTIES = ("observed_in", "candidate_reports", "corroborated_by", "uncorroborated")
+
+
+def unfinished_validation(task_root: Path) -> Path:
+    """The task's newest validation folder without its summary (a run that was stopped)."""
+    numbered = []
+    for folder in task_root.glob(f"{VALIDATION_PREFIX}-*"):
+        number = folder.name.removeprefix(f"{VALIDATION_PREFIX}-")
+        if number.isdigit() and folder.is_dir() and not folder.is_symlink():
+            numbered.append((int(number), folder))
+    if not numbered:
+        raise HarnessError(f"no validation to resume under {task_root}",
+                           "run harness validate without --resume")
+    newest = max(numbered)[1]
+    if (newest / SUMMARY_NAME).exists():
+        raise HarnessError(f"the newest validation, {newest}, finished: nothing to resume",
+                           "run harness validate without --resume for a new one")
+    return newest
+
+
+def _set_aside(grade_dir: Path) -> Path:
+    n = 1
+    while (aside := grade_dir.with_name(f"{grade_dir.name}.unfinished-{n}")).exists():
+        n += 1
+    grade_dir.rename(aside)
+    return aside
 
 
 def contract_evidence(evidence: dict[str, object], limit: int = 160) -> dict[str, str]:

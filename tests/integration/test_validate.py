@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
+
 from grading.models import GradeReport
+from harness.errors import HarnessError
 from harness.oracle.validate import compare, fault_folders, render_markdown, validate_task
 from harness.records.tasks import ValidationReport
 from tests.conftest import FIXTURE_HIDDEN, FIXTURE_PACKET
@@ -61,6 +65,37 @@ def test_fixture_task_validates_in_both_directions(
     assert not again.ok and graded["reference"].mismatches == [
         f"reference: kept from an earlier validation that has no outcome for {first} (a check "
         "added since): grade it again (--variant reference)"]
+
+
+def test_a_stopped_validation_goes_on_where_it_stopped(
+    tiny_validation: ValidationReport, tmp_path: Path
+) -> None:
+    """Stopped before its summary: one variant's grading never started, and one finished
+    grading's file changed since. Only those two are graded again; nothing is deleted."""
+    variants = {v.variant: v for v in tiny_validation.variants}
+    stopped = tmp_path / "tiny-regression" / "validation-1"
+    shutil.copytree(Path(variants["reference"].grade_folder).parent, stopped, symlinks=True)
+    for summary in ("validation.json", "validation.md"):
+        (stopped / summary).unlink()
+    shutil.rmtree(stopped / "fault-off-by-one-ramp")
+    changed = stopped / "baseline" / "out" / "grade.json"
+    changed.write_bytes(changed.read_bytes() + b" ")
+    said: list[str] = []
+    report = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=said.append,
+                           resume=True)
+    assert report.ok, [m for v in report.variants for m in v.mismatches]
+    graded = {v.variant: v for v in report.variants}
+    assert set(graded) == set(variants)
+    for kept in ("reference", "fault:scheduler-not-resumed"):
+        assert graded[kept].grade_folder == str(stopped / kept.replace(":", "-"))
+        assert f"kept {kept}: its grading had finished" in said
+    assert "grading fault:off-by-one-ramp" in said
+    assert "grading baseline again (its unfinished grading is in baseline.unfinished-1)" in said
+    assert (stopped / "baseline.unfinished-1" / "out" / "grade.json").read_bytes().endswith(b" ")
+    assert graded["baseline"].verdict == "incomplete"
+    assert (stopped / "validation.json").is_file()
+    with pytest.raises(HarnessError, match="finished: nothing to resume"):
+        validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, resume=True)
 
 
 def test_a_mismatch_in_either_direction_is_reported() -> None:

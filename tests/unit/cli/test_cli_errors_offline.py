@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import HarnessError
+from harness.oracle.validate import unfinished_validation
 from tests.conftest import write_study
 from tests.helpers import one_error_line, run_cli
 
@@ -131,3 +133,16 @@ def test_cleanup_takes_the_study_file(tmp_path: Path) -> None:
     one_error_line(run_cli("cleanup", "--study", str(tmp_path / "nope.yaml")),
                    "nope.yaml", "does not exist")
     one_error_line(run_cli("cleanup", "--study", "pilot"), "does not exist")
+
+
+def test_validate_resume_takes_no_variants_and_needs_a_stopped_run(tmp_path: Path) -> None:
+    one_error_line(run_cli("validate", "--task", "moe-router", "--resume", "--variant",
+                           "baseline"), "--resume and --variant")
+    with pytest.raises(HarnessError, match="no validation to resume"):
+        unfinished_validation(tmp_path / "moe-router")
+    (tmp_path / "moe-router" / "validation-2").mkdir(parents=True)
+    (tmp_path / "moe-router" / "validation-10").mkdir()
+    assert unfinished_validation(tmp_path / "moe-router").name == "validation-10"
+    (tmp_path / "moe-router" / "validation-10" / "validation.json").write_text("{}")
+    with pytest.raises(HarnessError, match="finished: nothing to resume"):
+        unfinished_validation(tmp_path / "moe-router")
