@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
+import docker
 import pytest
 
 from grading.models import GradeReport
 from harness.errors import HarnessError
+from harness.infra.workspace import snapshot_baseline
+from harness.oracle import reuse
+from harness.oracle.grade import finished_grading, fixed_inputs
 from harness.oracle.validate import compare, fault_folders, render_markdown, validate_task
 from harness.records.tasks import ValidationReport
 from tests.conftest import FIXTURE_HIDDEN, FIXTURE_PACKET
@@ -70,32 +75,63 @@ def test_fixture_task_validates_in_both_directions(
 def test_a_stopped_validation_goes_on_where_it_stopped(
     tiny_validation: ValidationReport, tmp_path: Path
 ) -> None:
-    """Stopped before its summary: one variant's grading never started, and one finished
-    grading's file changed since. Only those two are graded again; nothing is deleted."""
+    """Stopped before its summary, in the middle of one variant's grading: only that variant
+    is graded again, and the folder of its unfinished grading is kept aside."""
     variants = {v.variant: v for v in tiny_validation.variants}
     stopped = tmp_path / "tiny-regression" / "validation-1"
     shutil.copytree(Path(variants["reference"].grade_folder).parent, stopped, symlinks=True)
     for summary in ("validation.json", "validation.md"):
         (stopped / summary).unlink()
-    shutil.rmtree(stopped / "fault-off-by-one-ramp")
-    changed = stopped / "baseline" / "out" / "grade.json"
-    changed.write_bytes(changed.read_bytes() + b" ")
+    cut_short = stopped / "fault-off-by-one-ramp"
+    for last in ("grader.json", "manifest.json"):  # grade_diff writes these last
+        (cut_short / last).unlink()
     said: list[str] = []
     report = validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, log=said.append,
                            resume=True)
     assert report.ok, [m for v in report.variants for m in v.mismatches]
     graded = {v.variant: v for v in report.variants}
     assert set(graded) == set(variants)
-    for kept in ("reference", "fault:scheduler-not-resumed"):
+    for kept in ("reference", "baseline", "fault:scheduler-not-resumed"):
         assert graded[kept].grade_folder == str(stopped / kept.replace(":", "-"))
         assert f"kept {kept}: its grading had finished" in said
-    assert "grading fault:off-by-one-ramp" in said
-    assert "grading baseline again (its unfinished grading is in baseline.unfinished-1)" in said
-    assert (stopped / "baseline.unfinished-1" / "out" / "grade.json").read_bytes().endswith(b" ")
-    assert graded["baseline"].verdict == "incomplete"
-    assert (stopped / "validation.json").is_file()
+    assert ("grading fault:off-by-one-ramp again (its unfinished grading is in "
+            "fault-off-by-one-ramp.unfinished-1)") in said
+    assert (stopped / "fault-off-by-one-ramp.unfinished-1" / "out" / "grade.json").is_file()
+    assert (cut_short / "grader.json").is_file() and (stopped / "validation.json").is_file()
     with pytest.raises(HarnessError, match="finished: nothing to resume"):
         validate_task("tiny-regression", FIXTURE, HIDDEN, tmp_path, resume=True)
+
+
+def test_a_finished_grading_is_kept_only_as_it_was_made(
+    tiny_validation: ValidationReport, client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """grade.finished_grading, which --resume trusts: the same inputs and an unchanged folder
+    give back its grade; a file changed, a link, or any other input give nothing."""
+    folder = Path({v.variant: v for v in tiny_validation.variants}["baseline"].grade_folder)
+    inputs = reuse.GradingInputs(
+        diff_sha256=hashlib.sha256(b"").hexdigest(),
+        **fixed_inputs(client, FIXTURE / "packet.yaml", _baseline(tmp_path), HIDDEN))
+    copies = {}
+    for name in ("as-made", "changed", "linked"):
+        copies[name] = tmp_path / name
+        shutil.copytree(folder, copies[name], symlinks=True)
+    grade = copies["changed"] / "out" / "grade.json"
+    grade.write_bytes(grade.read_bytes() + b" ")
+    log = copies["linked"] / "grader-output.log"
+    log.unlink()
+    log.symlink_to(folder / "grader-output.log")
+    kept = finished_grading(copies["as-made"], inputs)
+    assert kept is not None and kept.verdict == "incomplete"
+    assert finished_grading(copies["changed"], inputs) is None
+    assert finished_grading(copies["linked"], inputs) is None
+    other = inputs.model_copy(update={"diff_sha256": hashlib.sha256(b"x").hexdigest()})
+    assert finished_grading(copies["as-made"], other) is None
+
+
+def _baseline(tmp_path: Path) -> Path:
+    baseline = tmp_path / "baseline"
+    snapshot_baseline(FIXTURE / "repo", baseline)
+    return baseline
 
 
 def test_a_mismatch_in_either_direction_is_reported() -> None:
