@@ -77,6 +77,15 @@ class DiagnosticsBox:
                                "check the arguments and the frozen reference files")
         return payload
 
+    def clean(self, prefix: str) -> None:
+        """Remove a finished run's folders: ``prefix`` and ``prefix-*`` (its traces, checks
+        and probe). /workspace is a 2 GiB volume, and a long plan fills it when runs are kept.
+        Calibration's 22 regressions and 4 healthy runs of moe-router filled it at the 19th
+        row. The reference build's gloo-fsdp-2, with its resume probes, filled it too (both
+        tasks, 2026-12-06). Each time the runner's result came back empty."""
+        self.sandbox.exec(["bash", "-c", 'rm -rf -- "$1" "$1"-*', "clean", prefix],
+                          timeout_s=120)
+
     def read_bytes(self, path: str) -> bytes:
         """One file from the container's /workspace volume."""
         buf = io.BytesIO(b"".join(self.sandbox.get_archive(path)))

@@ -208,7 +208,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
                                 "diagnostic_failure")
             rows.append(CalibrationRow(**row, check_outcome="not_run", verdict=verdict))
             log(f"{config} {variant.name}: {verdict} ({record['cause']})")
-            _clean(box, f"{RUNS}/{config}-{name}")
+            box.clean(f"{RUNS}/{config}-{name}")
             continue
         result = box.call(["check", "--trace", record["trace_dir"], "--invariants", invariants,
                            "--out", f"{RUNS}/{config}-{name}-chk", "--wall-s",
@@ -218,7 +218,7 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
             rows.append(CalibrationRow(**row, check_outcome=result["outcome"],
                                        verdict="diagnostic_failure"))
             log(f"{config} {variant.name}: checker {result['outcome']}")
-            _clean(box, f"{RUNS}/{config}-{name}")
+            box.clean(f"{RUNS}/{config}-{name}")
             continue
         found = _violations(result)
         if resume_rules is not None:
@@ -248,20 +248,12 @@ def calibrate_config(box: DiagnosticsBox, files: TaskFiles, variants: list[Varia
         rows.append(CalibrationRow(**row, check_outcome="ok", violations_total=len(found),
                                    beyond_control=beyond_control,
                                    beyond_matching=beyond_matching, verdict=verdict))
-        _clean(box, f"{RUNS}/{config}-{name}")
+        box.clean(f"{RUNS}/{config}-{name}")
         log(f"{config} {variant.name}: {verdict} ({len(found)} violations, "
             f"{len(beyond_matching)} beyond control/healthy runs; collect "
             f"{record['wall_s']:.0f} s, check {result['wall_s']:.0f} s)")
     return ConfigCalibration(config=config, plain_s=plain["wall_s"], rows=rows,
                              cost_ratio=_cost_ratio(rows, plain["wall_s"]))
-
-
-def _clean(box: DiagnosticsBox, prefix: str) -> None:
-    """A recorded row's run folders (``prefix`` and ``prefix-*``: its traces, checks and
-    probe) go, so that a long plan fits the box's 2 GiB /workspace: the 22 regressions and
-    4 healthy runs of moe-router filled it at the 19th row, and the runner's result came
-    back empty."""
-    box.sandbox.exec(["bash", "-c", 'rm -rf -- "$1" "$1"-*', "clean", prefix], timeout_s=120)
 
 
 def _cost_ratio(rows: list[CalibrationRow], plain_s: float) -> float:

@@ -388,6 +388,7 @@ def _resume_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Polic
                               spec.resume, spec.wall_s, selective=selective)
         _require_ok(record, f"{config} resume probe of the {_run_label(role, seed)}")
         result = resume_check(box, f"{RUNS}/{name}", rules)
+        box.clean(f"{RUNS}/{name}")
         checks.append((role, seed, result["violations"]))
         probes.append(ResumePolicyProbe(
             role=role, probe=probe_summary("baseline" if role == "healthy" else "reference",
@@ -413,6 +414,7 @@ def _invariant_policy(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[Po
                             spec.wall_s, selective=invariants if selective else None)
         _require_ok(record, f"{config} {_run_label(role, seed)}")
         result = checked(box, record["trace_dir"], invariants, f"{RUNS}/{name}-chk", overlap)
+        box.clean(f"{RUNS}/{name}")  # the run and its check
         checks.append((role, seed, result["violations"]))
         policy_runs.append(PolicyRun(
             role=role, run=run_summary("baseline" if role == "healthy" else "reference", seed,
@@ -439,6 +441,7 @@ def build_resume(box: DiagnosticsBox, spec: DiagnosticsSpec, trees: dict[PolicyR
     learned_path = f"{RUNS}/{config}.resume-learned.json"
     made = box.call(["resume-learn", "--probe", f"{RUNS}/{config}-resume-learn", "--out",
                      learned_path], timeout_s=600)
+    box.clean(f"{RUNS}/{config}-resume-learn")
     if not made["n_rules"]:
         raise HarnessError(f"{config}: the healthy resume probe gave no resume rule",
                            "see the probe's traces; the state observation recorded nothing")
@@ -505,6 +508,7 @@ def build_config(box: DiagnosticsBox, files: TaskFiles, trees: dict[PolicyRole, 
         raise HarnessError(f"{config}: inference gave no invariants ({inferred['outcome']}): "
                            f"{inferred.get('log_tail', '')[-300:]}", "see the infer log")
     log(f"{config}: {inferred['n_invariants']} invariants in {inferred['wall_s']:.0f} s")
+    box.clean(f"{RUNS}/{config}-learn")
     checks, policy_runs = _invariant_policy(box, spec, trees, config, invariants,
                                             selective=False, log=log)
     learned = _json_lines(box, invariants)

@@ -139,3 +139,14 @@ def test_output_folder_is_never_reused(box: DiagnosticsBox) -> None:
     traced_run(box, src, f"{RUNS}/reuse", "cpu-1", ["--steps", "1"], 120, traced=False)
     with pytest.raises(Exception, match="exists"):
         traced_run(box, src, f"{RUNS}/reuse", "cpu-1", ["--steps", "1"], 120, traced=False)
+
+
+def test_clean_removes_a_finished_runs_folders_and_nothing_else(box: DiagnosticsBox) -> None:
+    """What keeps a long build or calibration plan inside the box's 2 GiB /workspace."""
+    made = box.sandbox.exec(
+        f"cd {RUNS} && mkdir -p clean-s1/trace clean-s1-chk clean-s10 clean-s1.kept && "
+        "touch clean-s1/trace/t clean-s1-resume clean-s1.kept.json", timeout_s=30)
+    assert made.exit_code == 0, made.output
+    box.clean(f"{RUNS}/clean-s1")
+    left = box.sandbox.exec(f"cd {RUNS} && ls -d clean-*", timeout_s=30).output.split()
+    assert sorted(left) == ["clean-s1.kept", "clean-s1.kept.json", "clean-s10"]
