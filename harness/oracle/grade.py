@@ -42,12 +42,13 @@ from harness.oracle import reuse
 from harness.records import events
 from harness.records.attempt import (
     GRADER_ERROR,
+    MANIFEST_NAME,
     AttemptPaths,
     GradeSummary,
     atomic_write,
     extend_manifest,
-    manifest_problem,
     new_numbered_dir,
+    read_manifest,
     write_grade_summary,
     write_manifest,
 )
@@ -274,15 +275,18 @@ def finished_grading(out_dir: Path, inputs: reuse.GradingInputs) -> GradeReport 
     a folder with a link in it or any file changed since. The grade is bound again as a
     fresh one is.
     """
-    if reuse.plain_files(out_dir) is None or manifest_problem(out_dir) is not None \
-            or reuse.recorded_inputs(out_dir) != inputs:
+    if reuse.recorded_inputs(out_dir) != inputs:
         return None
+    now = reuse.plain_files(out_dir)  # None when a link or a special file is there
     try:
+        if now is None or {k: v for k, v in now.items() if k != MANIFEST_NAME} \
+                != read_manifest(out_dir):
+            return None
         record = json.loads((out_dir / reuse.GRADER_RECORD).read_bytes())
         expected = Expected(submission_id=record["expected"]["submission_id"],
                             **inputs.model_dump(include=set(Expected.model_fields)))
         return bind_report((out_dir / "out" / "grade.json").read_bytes(), expected)
-    except (OSError, ValueError, KeyError, TypeError, GraderFailed):
+    except (OSError, ValueError, KeyError, TypeError, HarnessError):
         return None
 
 
