@@ -1,6 +1,8 @@
 """hybrid-arch's executor of exported graphs (``hidden/hybrid-arch/checks/graph_exec.py``):
-an operator it accepts but cannot differentiate is the judge's limitation, never the
-submission's failure; one it runs as an equivalent differentiates as the eager module does."""
+an operator the task's allow-list accepts but the judge cannot differentiate is the judge's
+limitation, never the submission's failure; one outside the allow-list is the submission's
+(the check fails, and no failing check of it can become the judge's defect); one it runs as an
+equivalent differentiates as the eager module does."""
 
 from __future__ import annotations
 
@@ -54,14 +56,20 @@ class SliceWrite(nn.Module):
         return out * self.w
 
 
-def _run(module: nn.Module, tmp_path: Path) -> tuple[ModuleType, torch.Tensor, dict]:
+# An allow-list for these modules. Operators with a derivative run whether it lists them or
+# not; only heaviside's place in it (added by one test) decides anything here.
+CONTRACT_OPS = frozenset({"aten.mul.Tensor", "aten.index.Tensor", "aten.remainder.Scalar"})
+
+
+def _run(module: nn.Module, tmp_path: Path, contract_ops: frozenset[str] = CONTRACT_OPS,
+         ) -> tuple[ModuleType, torch.Tensor, dict]:
     graph_exec = _graph_exec()
     tokens = torch.arange(1, 7)
     with torch.no_grad():  # as the packets export
         # Functional ATen, as the judge accepts it (the slice write becomes aten.copy).
         program = torch.export.export(module, (tokens,)).run_decompositions({})
     torch.export.save(program, tmp_path / "model.pt2")
-    program = graph_exec.load(tmp_path / "model.pt2")
+    program = graph_exec.load(tmp_path / "model.pt2", contract_ops)
     state = {k: v.detach().clone().requires_grad_(True) for k, v in module.state_dict().items()}
     out = program(state, tokens)
     assert torch.equal(out, module(tokens).detach())
@@ -69,15 +77,28 @@ def _run(module: nn.Module, tmp_path: Path) -> tuple[ModuleType, torch.Tensor, d
 
 
 def test_an_operator_the_judge_cannot_differentiate_is_its_limitation(tmp_path: Path) -> None:
-    _, out, _ = _run(Heaviside(), tmp_path)
+    _, out, _ = _run(Heaviside(), tmp_path, CONTRACT_OPS | {"aten.heaviside.default"})
     with pytest.raises(JudgeLimitation, match="aten::heaviside"):
         out.sum().backward()
+
+
+def test_an_operator_outside_the_allow_list_without_a_derivative_fails_the_check(
+    tmp_path: Path,
+) -> None:
+    """A submission cannot trade its failing checks for the judge's defect with one operator
+    it is not allowed (a zero-weighted heaviside changes no value): the gradient fails."""
+    graph_exec, out, _ = _run(Heaviside(), tmp_path)
+    with pytest.raises(graph_exec.GraphRefused, match="allow-list") as caught:
+        out.sum().backward()
+    assert isinstance(caught.value, AssertionError)
+    assert not isinstance(caught.value, JudgeLimitation)
 
 
 def test_an_operator_run_as_an_equivalent_differentiates_as_eager(tmp_path: Path) -> None:
     module = SliceWrite()
     graph_exec, out, state = _run(module, tmp_path)
-    assert "aten::copy" in {op.name() for op in graph_exec.load(tmp_path / "model.pt2").ops}
+    ops = graph_exec.load(tmp_path / "model.pt2", CONTRACT_OPS).ops
+    assert "aten::copy" in {op.name() for op in ops}
     out.sum().backward()
     module(torch.arange(1, 7)).sum().backward()
     assert module.w.grad is not None

@@ -45,7 +45,16 @@ with kept_environment():
     import torch._dynamo
     import torch.distributed.checkpoint
     import torch.func
-from oracle_lib import EQ_STEPS, PATTERN, PROBE, RESUME_AT, baseline_dir, run_env, workdir
+from oracle_lib import (
+    ALLOWED_EXPORT_OPS,
+    EQ_STEPS,
+    PATTERN,
+    PROBE,
+    RESUME_AT,
+    baseline_dir,
+    run_env,
+    workdir,
+)
 
 from grading import probe, sealed
 from grading.launch import LaunchResult, launch
@@ -450,7 +459,8 @@ class Programs:
             try:
                 probe.call(PROBE, "seeded_programs", models=models, seed=0, out_dir=str(job))
                 sealed.seal(job)
-                self._programs = {n: graph_exec.load(job / f"{n}.pt2") for n in REPLAY_MODELS}
+                self._programs = {n: graph_exec.load(job / f"{n}.pt2", ALLOWED_EXPORT_OPS)
+                                  for n in REPLAY_MODELS}
             except BaseException as exc:
                 self._error = exc
                 raise
@@ -468,7 +478,7 @@ class Programs:
             try:
                 probe.call(PROBE, "seeded_programs", models=[entry], seed=0, out_dir=str(job))
                 sealed.seal(job)
-                self._sized[name] = graph_exec.load(job / f"{name}.pt2")
+                self._sized[name] = graph_exec.load(job / f"{name}.pt2", ALLOWED_EXPORT_OPS)
             except BaseException as exc:
                 self._sized[name] = exc
         program = self._sized[name]

@@ -96,31 +96,39 @@ NO_DERIVATIVE = "torch::autograd::NotImplemented"
 class _Undifferentiable(torch.autograd.Function):
     """Identity on an operator's output that has no derivative the judge can take.
 
-    A gradient reaching it raises JudgeLimitation before it reaches ATen's own error. The
-    judge accepted the operator, so the gap is the judge's. It must not read as the
-    submission's fail (the aten.copy case: eight training checks failed a submission whose
-    training was the reference's).
+    A gradient reaching it is decided before it reaches ATen's own error. For an operator
+    the task's contract allows, the gap is the judge's: JudgeLimitation, which must not read
+    as the submission's fail (the aten.copy case: eight training checks failed a submission
+    whose training was the reference's). For one the contract does not allow, the gap is the
+    submission's export: the check fails (GraphRefused). Otherwise one harmless-looking
+    operator (``h + heaviside(h, h) * 0``) would turn every failing check of a submission
+    into the judge's defect.
     """
 
     @staticmethod
-    def forward(ctx: Any, value: torch.Tensor, operator: str) -> torch.Tensor:
-        ctx.operator = operator
+    def forward(ctx: Any, value: torch.Tensor, operator: str,
+                within_contract: bool) -> torch.Tensor:
+        ctx.operator, ctx.within_contract = operator, within_contract
         return value.view_as(value)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        if not ctx.within_contract:
+            raise GraphRefused(f"the exported graph's {ctx.operator} has no derivative, and "
+                               f"the task's operator allow-list does not include it")
         raise JudgeLimitation(f"the judge runs {ctx.operator} but cannot differentiate it "
                               f"(ATen has no derivative for it and the judge no equivalent "
                               f"in graph_exec.DIFFERENTIABLE)")
 
 
-def _guard_derivatives(result: Any, operator: str) -> Any:
+def _guard_derivatives(result: Any, operator: str, within_contract: bool) -> Any:
     if isinstance(result, torch.Tensor):
         if result.grad_fn is not None and result.grad_fn.name() == NO_DERIVATIVE:
-            return _Undifferentiable.apply(result, operator)
+            return _Undifferentiable.apply(result, operator, within_contract)
         return result
     if isinstance(result, (tuple, list)):
-        return type(result)(tuple(_guard_derivatives(item, operator) for item in result))
+        return type(result)(tuple(_guard_derivatives(item, operator, within_contract)
+                                  for item in result))
     return result
 
 
@@ -170,6 +178,8 @@ class Program:
     output: str
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     ops: list[torch._ops.OpOverload] = field(default_factory=list)
+    # The operators the task's contract allows, as "aten.<name>.<overload>" (its allow-list).
+    contract_ops: frozenset[str] = frozenset()
 
     @property
     def parameter_keys(self) -> list[str]:
@@ -206,7 +216,8 @@ class Program:
                 else:
                     args.append(value)
             result = DIFFERENTIABLE.get(op.name(), op)(*args, **kwargs)
-            _bind(node["outputs"], _guard_derivatives(result, op.name()), env)
+            allowed = node["target"].removeprefix("torch.ops.") in self.contract_ops
+            _bind(node["outputs"], _guard_derivatives(result, op.name(), allowed), env)
         out = env[self.output]
         if type(out) is not torch.Tensor:
             raise GraphRefused("the program's output is not a tensor")
@@ -284,8 +295,12 @@ def _raw_weights(zf: zipfile.ZipFile, config_suffix: str, folder: str) -> dict[s
     return out
 
 
-def load(path: Path) -> Program:
-    """The program in a ``torch.export.save`` archive, checked and ready for the judge to run."""
+def load(path: Path, contract_ops: frozenset[str]) -> Program:
+    """The program in a ``torch.export.save`` archive, checked and ready for the judge to run.
+
+    ``contract_ops`` is the task's operator allow-list: it decides whose gap an operator
+    without a derivative is (see ``_Undifferentiable``); the judge still runs the others, so
+    a training check can judge training apart from the export's own contract."""
     with zipfile.ZipFile(path) as zf:
         model = json.loads(_member(zf, "/models/model.json", MAX_JSON_BYTES))
         weights = _raw_weights(zf, "/data/weights/model_weights_config.json", "data/weights")
@@ -327,7 +342,8 @@ def load(path: Path) -> Program:
     ops = [_resolve(node["target"]) for node in nodes]
     for node, op in zip(nodes, ops, strict=True):
         _check_node(node, op)
-    program = Program(nodes=nodes, inputs=inputs, output=out_name, ops=ops)
+    program = Program(nodes=nodes, inputs=inputs, output=out_name, ops=ops,
+                      contract_ops=contract_ops)
     program.weights = {**weights, **constants}
     return program
 

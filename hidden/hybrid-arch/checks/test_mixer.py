@@ -376,7 +376,7 @@ def test_export_allowlisted_ops(cli_run: Any, programs: Any, record_property: An
         # Our own walk of the graph, in case exported_ops was changed to hide something.
         own, program_keys = exported_graph(job / f"program-{pattern}.pt2")
         assert own <= ALLOWED_EXPORT_OPS, sorted(own - ALLOWED_EXPORT_OPS)
-        program = graph_exec.load(job / f"program-{pattern}.pt2")
+        program = graph_exec.load(job / f"program-{pattern}.pt2", ALLOWED_EXPORT_OPS)
         judged = _run_program(program, graph_exec.archive_state(program), x)
         assert as_float(judged.abs().max()) > 1.0, "logits too small for a meaningful comparison"
         vs_eager = max_abs_diff(got["eager"], judged)
