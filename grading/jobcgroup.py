@@ -148,8 +148,12 @@ def end(cgroup: Path) -> int:
     if not cgroup.is_dir():
         return 0
     killed: set[int] = set()
-    for _ in range(_ROUNDS):
-        if _all_ended(cgroup):
+    for round_ in range(_ROUNDS):
+        # The first round kills whatever is listed without asking /proc whether it could still
+        # run: that reading is the candidate's to shape (its threads, their states), and a
+        # kill of a process that has ended costs nothing.
+        done = _all_ended(cgroup) if round_ else not _read_pids(cgroup)
+        if done:
             break
         try:
             _set_state(cgroup, "FROZEN")

@@ -62,10 +62,35 @@ def thread_ended(pid: str | int, tid: str | int) -> bool:
     return _kill_pending(f"{base}/status")
 
 
-def process_ended(pid: str | int) -> bool:
-    """Whether no thread of ``pid`` can run user code again (see :func:`thread_ended`)."""
+# How many listings of a process's threads a check reads before it calls the process running.
+_LISTINGS = 64
+
+
+def _threads(pid: str | int) -> set[str] | None:
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
+        return set(os.listdir(f"/proc/{pid}/task"))
     except OSError:
-        return True  # gone
-    return all(thread_ended(pid, tid) for tid in tasks)
+        return None  # gone
+
+
+def process_ended(pid: str | int) -> bool:
+    """Whether no thread of ``pid`` can run user code again (see :func:`thread_ended`).
+
+    One listing is not enough: a thread may start the next and end while its listing is read,
+    so every listed thread is gone by the time it is looked at while the new one runs (a
+    process whose threads hop like that was called ended one scan in five, found by an
+    adversarial review). So the threads are listed again after they were checked, and the
+    process is ended only when that listing holds no thread the check did not see ended: any
+    thread alive then was alive at the first listing too, and was seen unable to run. A
+    process that keeps adding threads faster than they can be checked is called running."""
+    seen = _threads(pid)
+    for _ in range(_LISTINGS):
+        if seen is None:
+            return True
+        if not all(thread_ended(pid, tid) for tid in seen):
+            return False
+        now = _threads(pid)
+        if now is None or now <= seen:
+            return True
+        seen = now
+    return False
