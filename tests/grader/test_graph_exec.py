@@ -90,8 +90,7 @@ def test_an_operator_outside_the_allow_list_without_a_derivative_fails_the_check
     graph_exec, out, _ = _run(Heaviside(), tmp_path)
     with pytest.raises(graph_exec.GraphRefused, match="allow-list") as caught:
         out.sum().backward()
-    assert isinstance(caught.value, AssertionError)
-    assert not isinstance(caught.value, JudgeLimitation)
+    assert isinstance(caught.value, AssertionError)  # a check's fail, never its crash
 
 
 def test_an_operator_run_as_an_equivalent_differentiates_as_eager(tmp_path: Path) -> None:
