@@ -69,10 +69,10 @@ def test_the_default_study_is_the_pilot_and_needs_an_api_key(
 
 
 def test_the_gate_refuses_a_comparison_without_demonstrated_detection(tmp_path: Path) -> None:
-    # hybrid-arch's committed calibration detected none of its faults, measured on the frozen
-    # reference built before the packets' teardown fix; bound here to the reference rebuilt
-    # since (its own re-run is pending), it is a calibration without a detection, which is
-    # what the gate must refuse. The repository's copy stays as it is: stale, and refused so.
+    # hybrid-arch's committed calibration detected none of its faults: a current calibration
+    # without a detection, which the gate must refuse. The copy is bound to the copied
+    # reference's manifest here, so the refusal is for the missing detection even while the
+    # repository's calibration waits on a rebuilt reference (then it would be refused as stale).
     hybrid = task_copy(tmp_path, "hybrid-arch", reports=True)
     calibration = tmp_path / "reports/hybrid-arch/calibration.json"
     data = json.loads(calibration.read_text())
@@ -99,7 +99,7 @@ def test_the_gate_refuses_a_comparison_without_demonstrated_detection(tmp_path: 
     assert "not evidence of benefit" in rules["hybrid-arch"].detail
     assert rules["moe-router"].rule == "detection-demonstrated"
     assert rules["moe-router"].detected == ["expert-grads-unsynced (gloo-ddp-2)",
-                                            "rng-shared-key (gloo-ddp-2)"]
+                                            "rng-shared-key (gloo-ddp-2, gloo-fsdp-2)"]
     assert {s.comparison for s in lock.sessions if s.task == "hybrid-arch"} == {"coverage-audit"}
 
 
