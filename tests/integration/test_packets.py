@@ -79,16 +79,7 @@ def test_two_rank_runs_end_their_gloo_threads_before_exit(
 REDUCER_HOLDS_GROUP = REPO_ROOT / "scripts" / "qualify" / "teardown" / "reducer_holds_group.py"
 
 
-# hybrid-arch's packet keeps the teardown that destroys the group before collecting the module
-# until its TrainCheck reference, which binds the packet's bytes, is rebuilt with the fix: the
-# staged interleaving still hangs it, which this records (strict: a pass fails, so the mark
-# goes when the fix lands).
-OLD_TEARDOWN = {"hybrid-arch"}
-
-
-@pytest.mark.parametrize("task", [
-    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason="the old teardown hangs rank 1"))
-    if t in OLD_TEARDOWN else t for t in DIAGNOSED_TASKS])
+@pytest.mark.parametrize("task", DIAGNOSED_TASKS)
 def test_teardown_survives_a_collective_in_flight_while_ddp_holds_the_group(
     task: str, client: docker.DockerClient, control_image: str, tmp_path: Path
 ) -> None:

@@ -93,11 +93,19 @@ def teardown(ctx: DistContext) -> None:
     outlive destroy_process_group(): the DDP and FSDP modules (reference cycles, collected
     here) and every device mesh, which torch's DTensor caches keep until the process exits
     (its groups are dropped here; the mesh is not used after training).
+
+    The modules are collected before the group is destroyed, never after: DDP's reducer holds
+    the group from C++ and lets it go with the GIL held, so if its reference were the last,
+    the group's destructor would join a gloo worker that needs the GIL to drop a finished
+    collective's tensor, and the rank would wait forever (pytorch/pytorch#56297). Collected
+    first, the reducer goes while the group registry still holds the group, and
+    destroy_process_group() drops the last reference through a binding that releases the GIL.
     """
     if not (ctx.distributed and dist.is_initialized()):
         return
     # Leave together: rank 0 may still be evaluating and writing outputs.
     dist.barrier()
+    gc.collect()
     dist.destroy_process_group()
     gc.collect()
     for obj in gc.get_objects():
