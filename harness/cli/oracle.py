@@ -58,9 +58,19 @@ def oracle_strength_cmd(
         help="start every candidate process of a mutant's grade as a fresh interpreter "
         "(default: forked from a warm one that imported torch once; grading/warm_start.py)")]
     = False,
+    resume: Annotated[bool, typer.Option(
+        help="go on with the task's newest run that was stopped: keep each mutant it graded "
+        "(bound to the same grading code, image, hidden tree, baseline, reference and "
+        "packet), grade the rest of its sample")] = False,
 ) -> None:
     """Mutation analysis of the hidden checks: mutants of the reference, graded for real."""
-    from harness.oracle.strength import SCOPE_CHOICES, OracleStrengthOptions, oracle_strength
+    from harness.oracle.strength import (
+        SCOPE_CHOICES,
+        OracleStrengthOptions,
+        oracle_strength,
+        resume_oracle_strength,
+        stopped_run,
+    )
     from harness.oracle.strength import rescore as rescore_report
     from harness.records.tasks import task_paths
 
@@ -68,17 +78,28 @@ def oracle_strength_cmd(
     if chosen is None:
         raise HarnessError(f"--scope {scope!r} is not a scope",
                            f"use one of {', '.join(SCOPE_CHOICES)}")
+    sample = {"--limit": limit is not None, "--seed": seed != 0, "--operator": bool(operator),
+              "--mutant": bool(mutant), "--scope": scope != "both",
+              "--rescore": rescore is not None, "--fresh-reference": fresh_reference,
+              "--cold-start": cold_start}
+    if resume and any(sample.values()):
+        raise HarnessError(f"--resume goes on with the stopped run's own sample and settings: "
+                           f"it cannot be combined with "
+                           f"{', '.join(k for k, v in sample.items() if v)}",
+                           "resume it alone, or start a new run without --resume")
     paths = task_paths(task, packet=packet, hidden=hidden, needs=("reference/solution.patch",))
+    options = OracleStrengthOptions(
+        task=task, packet_dir=paths.packet, hidden_dir=paths.hidden,
+        runs_root=DEFAULT_RUNS / "oracle-strength" / task, report_dir=report_dir,
+        limit=limit, seed=seed, operators=set(operator) if operator else None,
+        ids=set(mutant) if mutant else None, workers=workers,
+        reuse_reference=not fresh_reference, warm_start=not cold_start, scope=chosen)
     if rescore is not None:
         report = rescore_report(task, paths.hidden, rescore, report_dir, log=log)
+    elif resume:
+        report = resume_oracle_strength(options, stopped_run(options.runs_root), log=log)
     else:
-        report = oracle_strength(OracleStrengthOptions(
-            task=task, packet_dir=paths.packet, hidden_dir=paths.hidden,
-            runs_root=DEFAULT_RUNS / "oracle-strength" / task, report_dir=report_dir,
-            limit=limit, seed=seed, operators=set(operator) if operator else None,
-            ids=set(mutant) if mutant else None, workers=workers,
-            reuse_reference=not fresh_reference, warm_start=not cold_start,
-            scope=chosen), log=log)
+        report = oracle_strength(options, log=log)
     table = Table(title=f"oracle strength: {task}")
     for column in ("scope", "operator", "family", "mutants", "detected", "survived",
                    "equivalent"):

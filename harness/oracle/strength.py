@@ -12,14 +12,17 @@ survivor with its change so they can.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Literal
@@ -55,7 +58,7 @@ from harness.oracle.mutation import (
     beyond_lines,
     generate_mutants,
 )
-from harness.records.attempt import new_numbered_dir
+from harness.records.attempt import new_numbered_dir, newest_numbered_dir, set_aside
 from harness.records.clock import utc_timestamp
 
 REPORT_SCHEMA_VERSION = 1
@@ -144,6 +147,10 @@ class OracleStrengthReport(BaseModel):
     # Contract id -> how many mutants it was the first to kill.
     kills_by_contract: dict[str, int]
     entries: list[MutantEntry] = Field(default_factory=list)
+    # The run stopped and was resumed (``--resume``): the mutants it had graded were kept, and
+    # duration_s estimates the stopped part from those grades.
+    resumed: bool = False
+    resumed_kept: int = 0
 
 
 def load_equivalents(path: Path) -> dict[str, str]:
@@ -311,6 +318,13 @@ def render_markdown(report: OracleStrengthReport, blind: str = "") -> str:
         + (f" Their grades started {_started(report)}." if report.warm_start else ""), "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
     ]
+    if report.resumed:
+        lines += [
+            f"**Resumed:** the run stopped after grading {report.resumed_kept} of its "
+            f"{report.mutants_generated} mutants; `--resume` kept those grades (bound to the "
+            "same grading code, grader image, hidden tree, baseline, reference and packet) and "
+            "graded the rest. Its wall time counts the stopped part as estimated from its "
+            "grades.", ""]
     if report.mutants_generated > report.mutants_total:
         lines += [
             f"**Stopped early:** {report.mutants_total} of {report.mutants_generated} mutants "
@@ -393,11 +407,16 @@ def _cache_key(inputs: MutantInputs, image: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def reference_header(inputs: MutantInputs, cache_dir: Path, out_dir: Path, *, reuse: bool,
-               parts: int, log: Callable[[str], None]) -> tuple[MutantsReport, bool]:
+def inputs_key(inputs: MutantInputs) -> str:
+    """``_cache_key`` of ``inputs`` with this host's grader image."""
+    return _cache_key(inputs, images.image_id(images.docker_client(), "grader"))
+
+
+def reference_header(inputs: MutantInputs, key: str, cache_dir: Path, out_dir: Path, *,
+                     reuse: bool, parts: int, log: Callable[[str], None]
+                     ) -> tuple[MutantsReport, bool]:
     """The reference's header: from the cache when an earlier run graded these very inputs
-    (and ``reuse``), else graded now and cached. True when it was reused."""
-    key = _cache_key(inputs, images.image_id(images.docker_client(), "grader"))
+    (``key``, and ``reuse``), else graded now and cached. True when it was reused."""
     cached = cache_dir / f"{key[:32]}.json"
     if reuse and cached.is_file():
         try:
@@ -428,17 +447,22 @@ def _full_grade_s(header: MutantsReport) -> float:
 
 def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
                    header: MutantsReport, *, started: float, workers: int,
-                   per_mutant_s: float, log: Callable[[str], None]) -> MutantsReport:
+                   per_mutant_s: float, log: Callable[[str], None],
+                   done: dict[str, MutantResult] | None = None,
+                   earlier_s: float = 0.0) -> MutantsReport:
     """Every mutant graded in the worker pool against the reference's ``header``. Results are
     kept as they come (``out/reference.json``, ``out/mutants.jsonl``), so a run stopped
-    halfway can be rescored."""
+    halfway can be rescored, or resumed: then ``done`` holds what it had graded (only the
+    others are graded) and ``earlier_s`` the stopped part's wall time."""
     out = out_dir / "out"
-    out.mkdir()
-    (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
-    if header.reference_verdict not in PASSING_REFERENCE:
-        return header
+    if done is None:
+        out.mkdir()
+        (out / REFERENCE_NAME).write_text(header.model_dump_json(indent=1) + "\n")
+        if header.reference_verdict not in PASSING_REFERENCE:
+            return header
     progress = out / PROGRESS_NAME
-    results: dict[str, MutantResult] = {}
+    results: dict[str, MutantResult] = dict(done or {})
+    todo = [m.id for m in mutants if m.id not in results]
 
     def on_result(result: MutantResult) -> None:
         results[result.id] = result
@@ -449,15 +473,17 @@ def _grade_mutants(inputs: MutantInputs, mutants: list[Mutant], out_dir: Path,
             + f" ({result.duration_s:.0f} s)")
 
     try:
-        grade_in_pool(inputs, out / REFERENCE_NAME, [m.id for m in mutants], out_dir,
-                      workers=workers, on_result=on_result, log=log,
-                      per_mutant_s=max(per_mutant_s, 3 * _full_grade_s(header)))
+        if todo:
+            grade_in_pool(inputs, out / REFERENCE_NAME, todo, out_dir,
+                          workers=workers, on_result=on_result, log=log,
+                          per_mutant_s=max(per_mutant_s, 3 * _full_grade_s(header)))
     except BaseException:
         log(f"partial results kept: `harness oracle-strength --task {header.task_id} "
-            f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far")
+            f"--rescore {out_dir}` reports the {len(results)} mutant(s) graded so far, "
+            "`--resume` grades the rest")
         raise
     header.mutants = [results[m.id] for m in mutants]
-    header.duration_s = round(time.monotonic() - started, 2)
+    header.duration_s = round(earlier_s + time.monotonic() - started, 2)
     (out / RESULTS_NAME).write_text(header.results_json())
     return header
 
@@ -534,7 +560,8 @@ def oracle_strength(options: OracleStrengthOptions,
     task, packet_dir, hidden_dir, runs_root = o.task, o.packet_dir, o.hidden_dir, o.runs_root
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
     equivalents = load_equivalents(o.report_dir / f"{task}.equivalent.yaml")
-    with tempfile.TemporaryDirectory(prefix="harness-oracle-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-"))
         baseline = Path(tmp) / "baseline"
         snapshot_baseline(packet_dir / "repo", baseline)
 
@@ -571,10 +598,12 @@ def oracle_strength(options: OracleStrengthOptions,
                               hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
                               grader_sha256=grader_source_sha256(),
                               hidden_sha256=tree_sha256(hidden_dir), warm_start=o.warm_start)
+        key = inputs_key(inputs)
         out_dir = new_numbered_dir(runs_root, "run")
+        stack.enter_context(_run_lock(out_dir))
         started = time.monotonic()
         # The reference's checks are shared among as many containers as will grade the mutants.
-        header, reused = reference_header(inputs, runs_root / "reference-cache", out_dir,
+        header, reused = reference_header(inputs, key, runs_root / "reference-cache", out_dir,
                                           reuse=o.reuse_reference, parts=o.workers, log=log)
         header.reference_reused, header.workers = reused, o.workers
         header.warm_start = o.warm_start
@@ -599,7 +628,7 @@ def oracle_strength(options: OracleStrengthOptions,
             {"seed": o.seed, "limit": o.limit, "selected": bool(o.operators or o.ids),
              "scope": o.scope, "grader_source_sha256": inputs.grader_sha256,
              "hidden_tree_sha256": inputs.hidden_sha256, "workers": o.workers,
-             "warm_start": o.warm_start}))
+             "warm_start": o.warm_start, "inputs_sha256": key}))
         graded = _grade_mutants(inputs, mutants, out_dir, header, started=started,
                                 workers=o.workers, per_mutant_s=o.per_mutant_s, log=log)
     return _write_report(task, hidden_dir, mutants, graded, equivalents, o.report_dir,
@@ -649,10 +678,142 @@ def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
                          whole=not settings.get("selected", False) and not stopped, log=log)
 
 
+RUN_LOCK = "run.lock"
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path) -> Iterator[None]:
+    """Held while a process grades into ``run_dir``: a resume must not grade beside a run
+    that is still going. An ``flock``, so the kernel drops it when the holder dies, however."""
+    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HarnessError(f"{run_dir} is being graded by another process",
+                               "wait for it to finish or stop it, then resume") from None
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def stopped_run(runs_root: Path) -> Path:
+    """The task's newest analysis run, which must have stopped before its results."""
+    newest = newest_numbered_dir(runs_root, "run")
+    if newest is None:
+        raise HarnessError(f"no oracle-strength run to resume under {runs_root}",
+                           "run harness oracle-strength without --resume")
+    if (newest / "out" / RESULTS_NAME).exists():
+        raise HarnessError(f"the newest run, {newest}, finished: nothing to resume",
+                           "run harness oracle-strength without --resume for a new one")
+    return newest
+
+
+# What the host sets on a reference header after its grade (workers, warm start, reuse, the
+# run's duration and mutants): left out when two headers' grades are compared.
+_HOST_SET = {"workers", "warm_start", "reference_reused", "duration_s", "mutants"}
+
+
+def _same_grade(a: MutantsReport, b: MutantsReport) -> bool:
+    return a.model_dump(exclude=_HOST_SET) == b.model_dump(exclude=_HOST_SET)
+
+
+def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
+                           log: Callable[[str], None] = print) -> OracleStrengthReport:
+    """Go on with a run that stopped before its results: keep every mutant it graded, grade
+    the others of its own sample (``mutants.json``), and write the report as a finished run's.
+
+    Kept grades count only if the run was bound to exactly today's inputs: the grading code
+    and hidden tree it recorded (``run.json``), and the whole reference-cache key (grading
+    code, grader image, hidden tree, baseline, reference, packet). A run that predates the
+    key in ``run.json`` is bound by the reference-cache entry its own grade wrote: that entry,
+    under today's key, must be the grade its mutants were graded against."""
+    o = options
+    out = run_dir / "out"
+    try:
+        mutants = [Mutant.model_validate(m)
+                   for m in json.loads((run_dir / "mutants.json").read_text())]
+        settings = json.loads((run_dir / RUN_SETTINGS).read_text())
+        reference_raw = (out / REFERENCE_NAME).read_bytes()
+        progress = out / PROGRESS_NAME
+        partial = read_partial(reference_raw, progress.read_text() if progress.is_file() else "")
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{run_dir} cannot be resumed: it holds no mutants, settings and "
+                           f"reference grade ({exc})",
+                           "run harness oracle-strength without --resume") from None
+    if (out / RESULTS_NAME).exists():
+        raise HarnessError(f"{run_dir} finished: nothing to resume",
+                           f"rescore it: --rescore {run_dir}")
+    if partial.task_id != o.task:
+        raise HarnessError(f"{run_dir} is a run of {partial.task_id}, not {o.task}",
+                           "pass the task the run was made for")
+    if partial.reference_verdict not in PASSING_REFERENCE:
+        raise HarnessError(f"{run_dir}'s reference graded {partial.reference_verdict}: no "
+                           "mutant of it is graded", f"run harness validate --task {o.task}")
+    reference = (o.hidden_dir / "reference" / "solution.patch").read_bytes()
+    equivalents = load_equivalents(o.report_dir / f"{o.task}.equivalent.yaml")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_run_lock(run_dir))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-")))
+        baseline = tmp / "baseline"
+        snapshot_baseline(o.packet_dir / "repo", baseline)
+        folder = tmp / "mutants"
+        write_mutants(folder, mutants)
+        reference_diff = tmp / "reference.diff"
+        reference_diff.write_bytes(reference)
+        inputs = MutantInputs(baseline=baseline, packet_yaml=o.packet_dir / "packet.yaml",
+                              hidden=o.hidden_dir, reference_diff=reference_diff,
+                              mutants=folder, grader_sha256=grader_source_sha256(),
+                              hidden_sha256=tree_sha256(o.hidden_dir),
+                              warm_start=bool(settings.get("warm_start", True)))
+        for name, now in (("grader_source_sha256", inputs.grader_sha256),
+                          ("hidden_tree_sha256", inputs.hidden_sha256)):
+            if settings.get(name) != now:
+                raise HarnessError(f"{run_dir} was graded with another {name} than this "
+                                   "checkout's", "run harness oracle-strength without --resume")
+        try:
+            header = inputs.bound(reference_raw, f"{run_dir.name}'s {REFERENCE_NAME}")
+        except GraderFailed as exc:
+            raise HarnessError(f"{run_dir} cannot be resumed: {exc.reason}", exc.fix) from None
+        key = inputs_key(inputs)
+        if "inputs_sha256" in settings:
+            bound = settings["inputs_sha256"] == key
+        else:
+            cached = o.runs_root / "reference-cache" / f"{key[:32]}.json"
+            try:
+                bound = _same_grade(MutantsReport.model_validate_json(cached.read_bytes()),
+                                    header)
+            except (OSError, ValueError):
+                bound = False
+        if not bound:
+            raise HarnessError(f"{run_dir} was graded on other inputs (grader image, baseline, "
+                               "reference or packet) than this checkout's",
+                               "run harness oracle-strength without --resume")
+        done = {m.id: m for m in partial.mutants}
+        todo = [m for m in mutants if m.id not in done]
+        # A mutant being graded when the run stopped left a log and maybe a folder: set aside,
+        # never overwritten.
+        for m in todo:
+            for path in (run_dir / "logs" / f"{m.id}.log", run_dir / "graded" / m.id):
+                if path.exists() or path.is_symlink():
+                    set_aside(path)
+        log(f"resuming {run_dir}: {len(done)} of {len(mutants)} mutants graded before it "
+            f"stopped, kept; grading the other {len(todo)}")
+        header.workers = o.workers
+        graded = _grade_mutants(inputs, mutants, run_dir, header, started=time.monotonic(),
+                                workers=o.workers, per_mutant_s=o.per_mutant_s, log=log,
+                                done=done, earlier_s=partial.duration_s)
+    report = _write_report(o.task, o.hidden_dir, mutants, graded, equivalents, o.report_dir,
+                           seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
+                           whole=not settings.get("selected", False), log=log,
+                           resumed_kept=len(done))
+    return report
+
+
 def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: MutantsReport,
                   equivalents: dict[str, str], report_dir: Path, *, seed: int,
-                  limit: int | None, whole: bool,
-                  log: Callable[[str], None]) -> OracleStrengthReport:
+                  limit: int | None, whole: bool, log: Callable[[str], None],
+                  resumed_kept: int | None = None) -> OracleStrengthReport:
     if graded.reference_verdict not in ("complete", "complete_on_cpu"):
         raise HarnessError(f"the hidden checks fail {task}'s unmutated reference "
                            f"({', '.join(graded.reference_failing) or graded.reference_verdict})",
@@ -661,6 +822,7 @@ def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: Mu
     canary = canary_file.read_text().strip() if canary_file.is_file() else ""
     report = score_report(task, mutants, graded, equivalents, seed=seed, limit=limit,
                           canary=canary)
+    report.resumed, report.resumed_kept = resumed_kept is not None, resumed_kept or 0
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / f"{task}.json").write_text(report.model_dump_json(indent=1) + "\n")
     (report_dir / f"{task}.md").write_text(render_markdown(report, blind_line(report_dir, task)))

@@ -35,7 +35,7 @@ from harness.infra.workspace import apply_patch, compute_diff, snapshot_baseline
 from harness.oracle import reuse
 from harness.oracle.grade import GraderInputs, finished_grading, fixed_inputs, grade_diff
 from harness.oracle.requirements import defined_checks, trace_problems
-from harness.records.attempt import new_numbered_dir
+from harness.records.attempt import new_numbered_dir, newest_numbered_dir, set_aside
 from harness.records.tasks import (
     FAILING,
     FaultSpec,
@@ -153,7 +153,7 @@ def validate_task(
                 if report is not None:
                     log(f"kept {variant}: its grading had finished")
                 else:
-                    aside = _set_aside(grade_dir)
+                    aside = set_aside(grade_dir)
                     start += f" again (its unfinished grading is in {aside.name})"
             if report is None:
                 grade_dir.mkdir()
@@ -204,27 +204,14 @@ OBSERVATION_PROPERTIES = ("observed_in", "candidate_reports", "corroborated_by",
 
 def unfinished_validation(task_root: Path) -> Path:
     """The task's newest validation folder without its summary (a run that was stopped)."""
-    numbered = []
-    for folder in task_root.glob(f"{VALIDATION_PREFIX}-*"):
-        number = folder.name.removeprefix(f"{VALIDATION_PREFIX}-")
-        if number.isdigit() and folder.is_dir() and not folder.is_symlink():
-            numbered.append((int(number), folder))
-    if not numbered:
+    newest = newest_numbered_dir(task_root, VALIDATION_PREFIX)
+    if newest is None:
         raise HarnessError(f"no validation to resume under {task_root}",
                            "run harness validate without --resume")
-    newest = max(numbered)[1]
     if (newest / SUMMARY_NAME).exists():
         raise HarnessError(f"the newest validation, {newest}, finished: nothing to resume",
                            "run harness validate without --resume for a new one")
     return newest
-
-
-def _set_aside(grade_dir: Path) -> Path:
-    n = 1
-    while (aside := grade_dir.with_name(f"{grade_dir.name}.unfinished-{n}")).exists():
-        n += 1
-    grade_dir.rename(aside)
-    return aside
 
 
 def contract_evidence(evidence: dict[str, object], limit: int = 160) -> dict[str, str]:

@@ -348,6 +348,26 @@ def new_numbered_dir(parent: Path, prefix: str) -> Path:
             n += 1
 
 
+def newest_numbered_dir(parent: Path, prefix: str) -> Path | None:
+    """The ``<prefix>-N`` folder with the highest N (a real folder, not a link), if any."""
+    numbered = []
+    for folder in parent.glob(f"{prefix}-*"):
+        number = folder.name.removeprefix(f"{prefix}-")
+        if number.isdigit() and folder.is_dir() and not folder.is_symlink():
+            numbered.append((int(number), folder))
+    return max(numbered)[1] if numbered else None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an unfinished piece of work to ``<name>.unfinished-N`` (never deleted: it is
+    evidence of what the stopped run had done) and return where it went."""
+    n = 1
+    while (aside := path.with_name(f"{path.name}.unfinished-{n}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
+
+
 def new_attempt_dir(session_root: Path) -> tuple[Path, int]:
     folder = new_numbered_dir(session_root, "attempt")
     return folder, int(folder.name.rsplit("-", 1)[1])

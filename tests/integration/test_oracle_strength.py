@@ -9,9 +9,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from harness.errors import HarnessError
 from harness.infra import images
 from harness.infra.sandbox import OWNER_PID_LABEL
-from harness.oracle.strength import OracleStrengthOptions, OracleStrengthReport, oracle_strength
+from harness.oracle.strength import (
+    OracleStrengthOptions,
+    OracleStrengthReport,
+    oracle_strength,
+    resume_oracle_strength,
+)
 from harness.paths import REPO_ROOT
 
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "task_packets" / "tiny-regression"
@@ -125,7 +133,8 @@ def test_fixture_mutants_are_graded_by_the_hidden_checks(tmp_path: Path) -> None
 
 def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) -> None:
     """A stopped analysis leaves no container behind (it once left its grader running) and
-    keeps what it graded: the reference, and any mutant done, which --rescore reports."""
+    keeps what it graded: the reference, and the mutant done, which --rescore reports and
+    --resume keeps, grading only the one that was cut off."""
     client = images.docker_client()
     runs = REPO_ROOT / "runs" / "oracle-strength" / "tiny-regression"
     before = set(runs.glob("run-*")) if runs.is_dir() else set()
@@ -138,14 +147,15 @@ def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) ->
     run_dir = None
     try:
         deadline = time.monotonic() + 600
-        # Stop it once the reference is graded (or taken from an earlier run) and the mutants'
-        # grader containers are up.
+        # Stop it once the reference is graded (or taken from an earlier run) and the first
+        # mutant is: the kill stops at its first failing contract, while the equivalent one
+        # runs every contract that executes it, so it is still being graded.
         while time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
             new = sorted(set(runs.glob("run-*")) - before) if runs.is_dir() else []
             run_dir = new[0] if new else None
             if run_dir is not None and "reference: " in (tmp_path / "cli.log").read_text() \
-                    and "mutants on" in (tmp_path / "cli.log").read_text():
+                    and "mutant 1/2" in (tmp_path / "cli.log").read_text():
                 break
             time.sleep(0.5)
         assert run_dir is not None and client.containers.list(filters=mine)
@@ -167,7 +177,32 @@ def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) ->
         assert rescored.returncode == 0, rescored.stdout + rescored.stderr
         saved = OracleStrengthReport.model_validate_json(
             (tmp_path / "tiny-regression.json").read_text())
-        assert saved.mutants_generated == 2 and saved.mutants_total < 2
+        assert saved.mutants_generated == 2 and saved.mutants_total == 1
         assert "Stopped early" in (tmp_path / "tiny-regression.md").read_text()
+        [kept] = saved.entries
+        cut_off = ({KILLABLE, EQUIVALENT} - {kept.mutant.id}).pop()
+
+        # Resumed: the graded mutant is kept as it was, the other graded; its log from the
+        # stopped run is set aside, not overwritten.
+        messages: list[str] = []
+        resumed = resume_oracle_strength(OracleStrengthOptions(
+            task="tiny-regression", packet_dir=FIXTURE, hidden_dir=HIDDEN, runs_root=runs,
+            report_dir=tmp_path), run_dir, log=messages.append)
+        assert "1 of 2 mutants graded before it stopped, kept; grading the other 1" in \
+            "\n".join(messages)
+        assert resumed.resumed and resumed.resumed_kept == 1 and resumed.mutants_total == 2
+        entries = {e.mutant.id: e for e in resumed.entries}
+        assert entries[kept.mutant.id].result == kept.result
+        assert entries[KILLABLE].result.status == "killed"
+        assert entries[EQUIVALENT].result.status == "survived"
+        assert (run_dir / "logs" / f"{cut_off}.log").is_file()
+        assert (run_dir / "logs" / f"{cut_off}.log.unfinished-1").is_file()
+        markdown = (tmp_path / "tiny-regression.md").read_text()
+        assert "**Resumed:**" in markdown and "Stopped early" not in markdown
+        assert (run_dir / "out" / "mutants.json").is_file()
+        with pytest.raises(HarnessError, match="finished: nothing to resume"):
+            resume_oracle_strength(OracleStrengthOptions(
+                task="tiny-regression", packet_dir=FIXTURE, hidden_dir=HIDDEN,
+                runs_root=runs, report_dir=tmp_path), run_dir)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
