@@ -72,6 +72,32 @@ DEFAULT_WORKERS = 2
 REFERENCE_TIMEOUT_S = 3600.0
 
 
+class RunSettings(BaseModel):
+    """``run.json``: what a run set out to grade, and the inputs it was bound to, written
+    before grading."""
+
+    seed: int = 0
+    limit: int | None = None
+    selected: bool = False
+    scope: ScopeChoice = "both"
+    grader_source_sha256: str
+    hidden_tree_sha256: str
+    workers: int = 1
+    warm_start: bool = False
+    # ``_cache_key`` of the run's inputs (grading code, grader image, hidden tree, baseline,
+    # reference, packet); None in runs made before 2026-12-07.
+    inputs_sha256: str | None = None
+
+
+class ResumeRecord(BaseModel):
+    """One ``--resume`` of a stopped run."""
+
+    at: str
+    kept: int
+    of: int
+    workers: int
+
+
 class Equivalents(RootModel[dict[str, str]]):
     """``<task>.equivalent.yaml``: mutant id -> why it cannot be told from the reference."""
 
@@ -147,10 +173,9 @@ class OracleStrengthReport(BaseModel):
     # Contract id -> how many mutants it was the first to kill.
     kills_by_contract: dict[str, int]
     entries: list[MutantEntry] = Field(default_factory=list)
-    # The run stopped and was resumed (``--resume``): the mutants it had graded were kept, and
-    # duration_s estimates the stopped part from those grades.
-    resumed: bool = False
-    resumed_kept: int = 0
+    # Each time the run stopped and was resumed (``--resume``): the mutants it had graded were
+    # kept, and duration_s estimates the stopped parts from those grades.
+    resumes: list[ResumeRecord] = Field(default_factory=list)
 
 
 def load_equivalents(path: Path) -> dict[str, str]:
@@ -318,13 +343,14 @@ def render_markdown(report: OracleStrengthReport, blind: str = "") -> str:
         + (f" Their grades started {_started(report)}." if report.warm_start else ""), "",
         "Detected = killed by a failing contract, timed out, or crashed at import.", "",
     ]
-    if report.resumed:
+    if report.resumes:
         lines += [
-            f"**Resumed:** the run stopped after grading {report.resumed_kept} of its "
-            f"{report.mutants_generated} mutants; `--resume` kept those grades (bound to the "
-            "same grading code, grader image, hidden tree, baseline, reference and packet) and "
-            "graded the rest. Its wall time counts the stopped part as estimated from its "
-            "grades.", ""]
+            "**Resumed:** the run stopped and `--resume` went on with it: "
+            + "; ".join(f"at {r.at}, {r.kept} of {r.of} mutants graded were kept and the rest "
+                        f"graded in {_containers(r.workers)}" for r in report.resumes)
+            + ". Each kept grade is bound to the same grading code, grader image, hidden tree, "
+            "baseline, reference, packet and mutant; the wall time counts the stopped parts as "
+            "estimated from their grades.", ""]
     if report.mutants_generated > report.mutants_total:
         lines += [
             f"**Stopped early:** {report.mutants_total} of {report.mutants_generated} mutants "
@@ -624,11 +650,10 @@ def oracle_strength(options: OracleStrengthOptions,
         (out_dir / "mutants.json").write_text(json.dumps(
             [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
         # Before grading: a stopped run is rescored from these, and bound to what was sent.
-        (out_dir / RUN_SETTINGS).write_text(json.dumps(
-            {"seed": o.seed, "limit": o.limit, "selected": bool(o.operators or o.ids),
-             "scope": o.scope, "grader_source_sha256": inputs.grader_sha256,
-             "hidden_tree_sha256": inputs.hidden_sha256, "workers": o.workers,
-             "warm_start": o.warm_start, "inputs_sha256": key}))
+        (out_dir / RUN_SETTINGS).write_text(RunSettings(
+            seed=o.seed, limit=o.limit, selected=bool(o.operators or o.ids), scope=o.scope,
+            grader_source_sha256=inputs.grader_sha256, hidden_tree_sha256=inputs.hidden_sha256,
+            workers=o.workers, warm_start=o.warm_start, inputs_sha256=key).model_dump_json())
         graded = _grade_mutants(inputs, mutants, out_dir, header, started=started,
                                 workers=o.workers, per_mutant_s=o.per_mutant_s, log=log)
     return _write_report(task, hidden_dir, mutants, graded, equivalents, o.report_dir,
@@ -675,17 +700,24 @@ def rescore(task: str, hidden_dir: Path, run_dir: Path, report_dir: Path, *,
     equivalents = load_equivalents(report_dir / f"{task}.equivalent.yaml")
     return _write_report(task, hidden_dir, mutants, graded, equivalents, report_dir,
                          seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
-                         whole=not settings.get("selected", False) and not stopped, log=log)
+                         whole=not settings.get("selected", False) and not stopped, log=log,
+                         resumes=read_resumes(run_dir))
 
 
 RUN_LOCK = "run.lock"
+# Each resume of a run, one line each (ResumeRecord), before it grades: rescore reads them.
+RESUMES_NAME = "resumed.jsonl"
 
 
 @contextlib.contextmanager
 def _run_lock(run_dir: Path) -> Iterator[None]:
     """Held while a process grades into ``run_dir``: a resume must not grade beside a run
     that is still going. An ``flock``, so the kernel drops it when the holder dies, however."""
-    fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fd = os.open(run_dir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise HarnessError(f"cannot lock {run_dir / RUN_LOCK} ({exc.strerror})",
+                           "it must be a plain file in a folder this user can write") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -718,57 +750,101 @@ def _same_grade(a: MutantsReport, b: MutantsReport) -> bool:
     return a.model_dump(exclude=_HOST_SET) == b.model_dump(exclude=_HOST_SET)
 
 
+def _last_write_s_ago(folder: Path) -> float:
+    """Seconds since anything under ``folder`` but its lock was last written."""
+    newest = max((p.lstat().st_mtime for p in folder.rglob("*") if p.name != RUN_LOCK),
+                 default=0.0)
+    return time.time() - newest
+
+
+def read_resumes(run_dir: Path) -> list[ResumeRecord]:
+    path = run_dir / "out" / RESUMES_NAME
+    if not path.is_file():
+        return []
+    try:
+        return [ResumeRecord.model_validate_json(line)
+                for line in path.read_text().splitlines() if line.strip()]
+    except ValueError as exc:
+        raise HarnessError(f"{path} is damaged ({exc})",
+                           "restore it from the run's own copy; it is never rewritten") from None
+
+
+def _dump(mutant: Mutant) -> dict[str, object]:
+    return mutant.model_dump() | {"diff": mutant.diff}
+
+
 def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
                            log: Callable[[str], None] = print) -> OracleStrengthReport:
     """Go on with a run that stopped before its results: keep every mutant it graded, grade
     the others of its own sample (``mutants.json``), and write the report as a finished run's.
 
     Kept grades count only if the run was bound to exactly today's inputs: the grading code
-    and hidden tree it recorded (``run.json``), and the whole reference-cache key (grading
-    code, grader image, hidden tree, baseline, reference, packet). A run that predates the
-    key in ``run.json`` is bound by the reference-cache entry its own grade wrote: that entry,
-    under today's key, must be the grade its mutants were graded against."""
+    and hidden tree it recorded (``run.json``), the whole reference-cache key (grading code,
+    grader image, hidden tree, baseline, reference, packet), and its sample, generated again
+    from today's baseline and reference (every mutant's id, change and graded diff; the seeded
+    sample itself where the run took one). A run that predates the key in ``run.json`` is bound
+    by the reference-cache entry its own grade wrote: that entry, under today's key, must be
+    the grade its mutants were graded against."""
     o = options
     out = run_dir / "out"
-    try:
-        mutants = [Mutant.model_validate(m)
-                   for m in json.loads((run_dir / "mutants.json").read_text())]
-        settings = json.loads((run_dir / RUN_SETTINGS).read_text())
-        reference_raw = (out / REFERENCE_NAME).read_bytes()
-        progress = out / PROGRESS_NAME
-        partial = read_partial(reference_raw, progress.read_text() if progress.is_file() else "")
-    except (OSError, ValueError) as exc:
-        raise HarnessError(f"{run_dir} cannot be resumed: it holds no mutants, settings and "
-                           f"reference grade ({exc})",
-                           "run harness oracle-strength without --resume") from None
-    if (out / RESULTS_NAME).exists():
-        raise HarnessError(f"{run_dir} finished: nothing to resume",
-                           f"rescore it: --rescore {run_dir}")
-    if partial.task_id != o.task:
-        raise HarnessError(f"{run_dir} is a run of {partial.task_id}, not {o.task}",
-                           "pass the task the run was made for")
-    if partial.reference_verdict not in PASSING_REFERENCE:
-        raise HarnessError(f"{run_dir}'s reference graded {partial.reference_verdict}: no "
-                           "mutant of it is graded", f"run harness validate --task {o.task}")
-    reference = (o.hidden_dir / "reference" / "solution.patch").read_bytes()
-    equivalents = load_equivalents(o.report_dir / f"{o.task}.equivalent.yaml")
+    had_lock = (run_dir / RUN_LOCK).exists()
     with contextlib.ExitStack() as stack:
+        # Before anything is read: what is read is then what no other process is changing.
         stack.enter_context(_run_lock(run_dir))
+        if not had_lock and _last_write_s_ago(run_dir) < o.per_mutant_s:
+            # A run started before runs held a lock, and written to within one mutant's
+            # limit: it may still be grading.
+            raise HarnessError(f"{run_dir} was written to in the last {o.per_mutant_s:.0f} s "
+                               "and holds no lock: it may still be grading",
+                               "stop it, or wait until it has been quiet that long")
+        try:
+            listed = json.loads((run_dir / "mutants.json").read_text())
+            if not isinstance(listed, list):
+                raise ValueError("mutants.json is not a list")
+            mutants = [Mutant.model_validate(m) for m in listed]
+            settings = RunSettings.model_validate_json((run_dir / RUN_SETTINGS).read_bytes())
+            reference_raw = (out / REFERENCE_NAME).read_bytes()
+            progress = out / PROGRESS_NAME
+            partial = read_partial(reference_raw,
+                                   progress.read_text() if progress.is_file() else "")
+        except (OSError, ValueError) as exc:
+            raise HarnessError(f"{run_dir} cannot be resumed: it holds no valid mutants, "
+                               f"settings and reference grade ({exc})",
+                               "run harness oracle-strength without --resume") from None
+        resumes = read_resumes(run_dir)
+        if (out / RESULTS_NAME).exists():
+            raise HarnessError(f"{run_dir} finished: nothing to resume",
+                               f"rescore it: --rescore {run_dir}")
+        if partial.task_id != o.task:
+            raise HarnessError(f"{run_dir} is a run of {partial.task_id}, not {o.task}",
+                               "pass the task the run was made for")
+        if partial.reference_verdict not in PASSING_REFERENCE:
+            raise HarnessError(f"{run_dir}'s reference graded {partial.reference_verdict}: no "
+                               "mutant of it is graded",
+                               f"run harness validate --task {o.task}")
+        sample = [m.id for m in mutants]
+        foreign = sorted({m.id for m in partial.mutants} - set(sample))
+        if len(set(sample)) != len(sample) or foreign:
+            raise HarnessError(f"{run_dir}'s results name mutants its sample does not list "
+                               f"({', '.join(foreign[:3]) or 'a repeated id'})",
+                               "run harness oracle-strength without --resume")
+        reference = (o.hidden_dir / "reference" / "solution.patch").read_bytes()
+        equivalents = load_equivalents(o.report_dir / f"{o.task}.equivalent.yaml")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-")))
         baseline = tmp / "baseline"
         snapshot_baseline(o.packet_dir / "repo", baseline)
-        folder = tmp / "mutants"
-        write_mutants(folder, mutants)
         reference_diff = tmp / "reference.diff"
         reference_diff.write_bytes(reference)
+        folder = tmp / "mutants"
         inputs = MutantInputs(baseline=baseline, packet_yaml=o.packet_dir / "packet.yaml",
                               hidden=o.hidden_dir, reference_diff=reference_diff,
                               mutants=folder, grader_sha256=grader_source_sha256(),
                               hidden_sha256=tree_sha256(o.hidden_dir),
-                              warm_start=bool(settings.get("warm_start", True)))
-        for name, now in (("grader_source_sha256", inputs.grader_sha256),
-                          ("hidden_tree_sha256", inputs.hidden_sha256)):
-            if settings.get(name) != now:
+                              warm_start=settings.warm_start)
+        for name, then, now in (
+                ("grading code", settings.grader_source_sha256, inputs.grader_sha256),
+                ("hidden tree", settings.hidden_tree_sha256, inputs.hidden_sha256)):
+            if then != now:
                 raise HarnessError(f"{run_dir} was graded with another {name} than this "
                                    "checkout's", "run harness oracle-strength without --resume")
         try:
@@ -776,19 +852,41 @@ def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
         except GraderFailed as exc:
             raise HarnessError(f"{run_dir} cannot be resumed: {exc.reason}", exc.fix) from None
         key = inputs_key(inputs)
-        if "inputs_sha256" in settings:
-            bound = settings["inputs_sha256"] == key
-        else:
-            cached = o.runs_root / "reference-cache" / f"{key[:32]}.json"
-            try:
-                bound = _same_grade(MutantsReport.model_validate_json(cached.read_bytes()),
-                                    header)
-            except (OSError, ValueError):
-                bound = False
+        cached = o.runs_root / "reference-cache" / f"{key[:32]}.json"
+        try:
+            cache_grade: MutantsReport | None = MutantsReport.model_validate_json(
+                cached.read_bytes())
+        except (OSError, ValueError):
+            cache_grade = None
+        # The key, where the run recorded one; and the grade it wrote under the key, where it
+        # is still there (the one proof a run made before the key has).
+        bound = ((settings.inputs_sha256 is None or settings.inputs_sha256 == key)
+                 and (cache_grade is None or _same_grade(cache_grade, header))
+                 and (settings.inputs_sha256 is not None or cache_grade is not None))
         if not bound:
             raise HarnessError(f"{run_dir} was graded on other inputs (grader image, baseline, "
                                "reference or packet) than this checkout's",
                                "run harness oracle-strength without --resume")
+        # The sample generated again from today's baseline and reference: every listed mutant
+        # is what was graded under its id, and an unselected run's list is its seeded sample.
+        beyond = (None if settings.scope == "diff" else beyond_lines(
+            header.coverage, reference,
+            editable_python_files(baseline, reference, o.packet_dir / "packet.yaml")))
+        try:
+            again = generate_mutants(
+                baseline, reference, limit=None if settings.selected else settings.limit,
+                seed=settings.seed, ids=set(sample) if settings.selected else None,
+                beyond=beyond, include_diff=settings.scope != "beyond")
+        except ValueError as exc:
+            raise HarnessError(f"{run_dir}'s sample is not one of today's mutants ({exc})",
+                               "run harness oracle-strength without --resume") from None
+        regenerated = {m.id: _dump(m) for m in again}
+        if (not settings.selected and [m.id for m in again] != sample) or any(
+                regenerated.get(m.id) != _dump(m) for m in mutants):
+            raise HarnessError(f"{run_dir}'s mutants.json is not the sample its settings and "
+                               "today's reference generate",
+                               "run harness oracle-strength without --resume")
+        write_mutants(folder, mutants)
         done = {m.id: m for m in partial.mutants}
         todo = [m for m in mutants if m.id not in done]
         # A mutant being graded when the run stopped left a log and maybe a folder: set aside,
@@ -797,23 +895,25 @@ def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
             for path in (run_dir / "logs" / f"{m.id}.log", run_dir / "graded" / m.id):
                 if path.exists() or path.is_symlink():
                     set_aside(path)
+        record = ResumeRecord(at=utc_timestamp(), kept=len(done), of=len(mutants),
+                              workers=o.workers)
+        with (out / RESUMES_NAME).open("a") as fh:
+            fh.write(record.model_dump_json() + "\n")
         log(f"resuming {run_dir}: {len(done)} of {len(mutants)} mutants graded before it "
             f"stopped, kept; grading the other {len(todo)}")
-        header.workers = o.workers
         graded = _grade_mutants(inputs, mutants, run_dir, header, started=time.monotonic(),
                                 workers=o.workers, per_mutant_s=o.per_mutant_s, log=log,
                                 done=done, earlier_s=partial.duration_s)
-    report = _write_report(o.task, o.hidden_dir, mutants, graded, equivalents, o.report_dir,
-                           seed=int(settings.get("seed", 0)), limit=settings.get("limit"),
-                           whole=not settings.get("selected", False), log=log,
-                           resumed_kept=len(done))
-    return report
+    return _write_report(o.task, o.hidden_dir, mutants, graded, equivalents, o.report_dir,
+                         seed=settings.seed, limit=settings.limit,
+                         whole=not settings.selected, log=log,
+                         resumes=[*resumes, record])
 
 
 def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: MutantsReport,
                   equivalents: dict[str, str], report_dir: Path, *, seed: int,
                   limit: int | None, whole: bool, log: Callable[[str], None],
-                  resumed_kept: int | None = None) -> OracleStrengthReport:
+                  resumes: list[ResumeRecord] | None = None) -> OracleStrengthReport:
     if graded.reference_verdict not in ("complete", "complete_on_cpu"):
         raise HarnessError(f"the hidden checks fail {task}'s unmutated reference "
                            f"({', '.join(graded.reference_failing) or graded.reference_verdict})",
@@ -822,7 +922,7 @@ def _write_report(task: str, hidden_dir: Path, mutants: list[Mutant], graded: Mu
     canary = canary_file.read_text().strip() if canary_file.is_file() else ""
     report = score_report(task, mutants, graded, equivalents, seed=seed, limit=limit,
                           canary=canary)
-    report.resumed, report.resumed_kept = resumed_kept is not None, resumed_kept or 0
+    report.resumes = resumes or []
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / f"{task}.json").write_text(report.model_dump_json(indent=1) + "\n")
     (report_dir / f"{task}.md").write_text(render_markdown(report, blind_line(report_dir, task)))

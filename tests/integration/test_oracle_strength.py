@@ -18,6 +18,7 @@ from harness.oracle.strength import (
     OracleStrengthOptions,
     OracleStrengthReport,
     oracle_strength,
+    rescore,
     resume_oracle_strength,
 )
 from harness.paths import REPO_ROOT
@@ -190,7 +191,8 @@ def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) ->
             report_dir=tmp_path), run_dir, log=messages.append)
         assert "1 of 2 mutants graded before it stopped, kept; grading the other 1" in \
             "\n".join(messages)
-        assert resumed.resumed and resumed.resumed_kept == 1 and resumed.mutants_total == 2
+        [record] = resumed.resumes
+        assert (record.kept, record.of, resumed.mutants_total) == (1, 2, 2)
         entries = {e.mutant.id: e for e in resumed.entries}
         assert entries[kept.mutant.id].result == kept.result
         assert entries[KILLABLE].result.status == "killed"
@@ -200,6 +202,10 @@ def test_sigterm_keeps_what_was_graded_and_removes_the_grader(tmp_path: Path) ->
         markdown = (tmp_path / "tiny-regression.md").read_text()
         assert "**Resumed:**" in markdown and "Stopped early" not in markdown
         assert (run_dir / "out" / "mutants.json").is_file()
+        # Rescoring the resumed run (after marking equivalents, say) keeps saying so.
+        rescore(task="tiny-regression", hidden_dir=HIDDEN, run_dir=run_dir,
+                report_dir=tmp_path, log=lambda _m: None)
+        assert "**Resumed:**" in (tmp_path / "tiny-regression.md").read_text()
         with pytest.raises(HarnessError, match="finished: nothing to resume"):
             resume_oracle_strength(OracleStrengthOptions(
                 task="tiny-regression", packet_dir=FIXTURE, hidden_dir=HIDDEN,

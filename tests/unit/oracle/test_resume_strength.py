@@ -14,6 +14,7 @@ from grading.hashing import grader_source_sha256, tree_sha256
 from grading.mutant_report import REFERENCE_NAME, RESULTS_NAME, MutantsReport
 from harness.errors import HarnessError
 from harness.oracle.strength import (
+    RUN_LOCK,
     RUN_SETTINGS,
     OracleStrengthOptions,
     _run_lock,
@@ -48,6 +49,7 @@ def _stopped(tmp_path: Path, **settings: object) -> Path:
                            grader_source_sha256=grader_source_sha256(),
                            hidden_tree_sha256=tree_sha256(HIDDEN))
     (run / "out" / REFERENCE_NAME).write_text(header.model_dump_json())
+    (run / RUN_LOCK).touch()  # as every run since runs hold a lock leaves it
     return run
 
 
@@ -74,8 +76,8 @@ def test_a_run_still_grading_is_not_resumed_beside_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    ({"grader_source_sha256": "0" * 64}, "another grader_source_sha256"),
-    ({"hidden_tree_sha256": "0" * 64}, "another hidden_tree_sha256"),
+    ({"grader_source_sha256": "0" * 64}, "another grading code"),
+    ({"hidden_tree_sha256": "0" * 64}, "another hidden tree"),
 ])
 def test_a_run_graded_on_other_inputs_is_refused(tmp_path: Path, change: dict[str, str],
                                                  words: str) -> None:
@@ -83,9 +85,8 @@ def test_a_run_graded_on_other_inputs_is_refused(tmp_path: Path, change: dict[st
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     with pytest.raises(HarnessError, match=words):
         resume_oracle_strength(_options(tmp_path), run)
-    # Nothing recorded changed (the lock file is the only thing a resume adds before grading).
-    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()
-            and p.name != "run.lock"} == before
+    # Nothing recorded changed, and nothing was added.
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
 def test_a_finished_or_foreign_run_is_refused(tmp_path: Path) -> None:
@@ -99,6 +100,32 @@ def test_a_finished_or_foreign_run_is_refused(tmp_path: Path) -> None:
         resume_oracle_strength(_options(tmp_path), run)
     (run / "mutants.json").unlink()
     with pytest.raises(HarnessError, match="cannot be resumed"):
+        resume_oracle_strength(_options(tmp_path), run)
+
+
+def test_a_run_from_before_the_lock_is_not_resumed_while_it_may_be_grading(
+        tmp_path: Path) -> None:
+    run = _stopped(tmp_path)
+    (run / RUN_LOCK).unlink()
+    with pytest.raises(HarnessError, match="holds no lock: it may still be grading"):
+        resume_oracle_strength(_options(tmp_path), run)
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    (lambda run: (run / RUN_SETTINGS).write_text("[1, 2]"), "no valid mutants, settings"),
+    (lambda run: (run / RUN_SETTINGS).write_text('{"seed": "x"}'), "no valid mutants, settings"),
+    (lambda run: (run / "mutants.json").write_text('{"id": 1}'), "mutants.json is not a list"),
+    (lambda run: (run / "out" / "mutants.jsonl").write_text(
+        '{"id": "arith-0123456789", "status": "killed", "duration_s": 1.0}\n'),
+     "results name mutants its sample does not list"),
+    (lambda run: (run / "out" / "resumed.jsonl").write_text("not json\n"), "is damaged"),
+])
+def test_a_damaged_run_is_refused_with_one_reason(tmp_path: Path, damage: object,
+                                                  words: str) -> None:
+    run = _stopped(tmp_path)
+    assert callable(damage)
+    damage(run)
+    with pytest.raises(HarnessError, match=words):
         resume_oracle_strength(_options(tmp_path), run)
 
 
