@@ -577,6 +577,19 @@ class OracleStrengthOptions(BaseModel):
     scope: ScopeChoice = "both"
 
 
+def _run_inputs(tmp: Path, packet_dir: Path, hidden_dir: Path, reference: bytes, *,
+                warm_start: bool) -> MutantInputs:
+    """The baseline snapshot and reference diff under ``tmp``, and what a run sends and is
+    bound to: the grading code and hidden tree as they are now (a checkout edited while the
+    run goes does not void it). The mutants go in ``tmp/mutants`` (``write_mutants``)."""
+    snapshot_baseline(packet_dir / "repo", tmp / "baseline")
+    (tmp / "reference.diff").write_bytes(reference)
+    return MutantInputs(baseline=tmp / "baseline", packet_yaml=packet_dir / "packet.yaml",
+                        hidden=hidden_dir, reference_diff=tmp / "reference.diff",
+                        mutants=tmp / "mutants", grader_sha256=grader_source_sha256(),
+                        hidden_sha256=tree_sha256(hidden_dir), warm_start=warm_start)
+
+
 def oracle_strength(options: OracleStrengthOptions,
                     log: Callable[[str], None] = print) -> OracleStrengthReport:
     """Generate, grade and score the task's mutants; write the report under ``report_dir``
@@ -587,9 +600,9 @@ def oracle_strength(options: OracleStrengthOptions,
     reference = (hidden_dir / "reference" / "solution.patch").read_bytes()
     equivalents = load_equivalents(o.report_dir / f"{task}.equivalent.yaml")
     with contextlib.ExitStack() as stack:
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-"))
-        baseline = Path(tmp) / "baseline"
-        snapshot_baseline(packet_dir / "repo", baseline)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-")))
+        inputs = _run_inputs(tmp, packet_dir, hidden_dir, reference, warm_start=o.warm_start)
+        baseline, folder = inputs.baseline, inputs.mutants
 
         def generate(beyond: dict[str, set[int]] | None) -> list[Mutant]:
             try:
@@ -614,16 +627,7 @@ def oracle_strength(options: OracleStrengthOptions,
             files = editable_python_files(baseline, reference, packet_dir / "packet.yaml")
             if o.ids or o.operators:
                 generate({rel: set(range(1, n + 1)) for rel, n in files.items()})
-        folder = Path(tmp) / "mutants"
         write_mutants(folder, mutants)
-        reference_diff = Path(tmp) / "reference.diff"
-        reference_diff.write_bytes(reference)
-        # What the results must be bound to: the grading code and hidden tree sent, as they
-        # were when the run started (a checkout edited meanwhile does not void the run).
-        inputs = MutantInputs(baseline=baseline, packet_yaml=packet_dir / "packet.yaml",
-                              hidden=hidden_dir, reference_diff=reference_diff, mutants=folder,
-                              grader_sha256=grader_source_sha256(),
-                              hidden_sha256=tree_sha256(hidden_dir), warm_start=o.warm_start)
         key = inputs_key(inputs)
         out_dir = new_numbered_dir(runs_root, "run")
         stack.enter_context(_run_lock(out_dir))
@@ -647,8 +651,8 @@ def oracle_strength(options: OracleStrengthOptions,
         log(f"{len(mutants)} mutants of {task}'s reference ("
             + ", ".join(f"{k} {v}" for k, v in
                         Counter(f"{m.scope}:{m.operator}" for m in mutants).items()) + ")")
-        (out_dir / "mutants.json").write_text(json.dumps(
-            [m.model_dump() | {"diff": m.diff} for m in mutants], indent=1))
+        (out_dir / "mutants.json").write_text(json.dumps([_dump(m) for m in mutants],
+                                                         indent=1))
         # Before grading: a stopped run is rescored from these, and bound to what was sent.
         (out_dir / RUN_SETTINGS).write_text(RunSettings(
             seed=o.seed, limit=o.limit, selected=bool(o.operators or o.ids), scope=o.scope,
@@ -831,16 +835,9 @@ def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
         reference = (o.hidden_dir / "reference" / "solution.patch").read_bytes()
         equivalents = load_equivalents(o.report_dir / f"{o.task}.equivalent.yaml")
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-oracle-")))
-        baseline = tmp / "baseline"
-        snapshot_baseline(o.packet_dir / "repo", baseline)
-        reference_diff = tmp / "reference.diff"
-        reference_diff.write_bytes(reference)
-        folder = tmp / "mutants"
-        inputs = MutantInputs(baseline=baseline, packet_yaml=o.packet_dir / "packet.yaml",
-                              hidden=o.hidden_dir, reference_diff=reference_diff,
-                              mutants=folder, grader_sha256=grader_source_sha256(),
-                              hidden_sha256=tree_sha256(o.hidden_dir),
-                              warm_start=settings.warm_start)
+        inputs = _run_inputs(tmp, o.packet_dir, o.hidden_dir, reference,
+                             warm_start=settings.warm_start)
+        baseline = inputs.baseline
         for name, then, now in (
                 ("grading code", settings.grader_source_sha256, inputs.grader_sha256),
                 ("hidden tree", settings.hidden_tree_sha256, inputs.hidden_sha256)):
@@ -858,11 +855,14 @@ def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
                 cached.read_bytes())
         except (OSError, ValueError):
             cache_grade = None
-        # The key, where the run recorded one; and the grade it wrote under the key, where it
-        # is still there (the one proof a run made before the key has).
-        bound = ((settings.inputs_sha256 is None or settings.inputs_sha256 == key)
-                 and (cache_grade is None or _same_grade(cache_grade, header))
-                 and (settings.inputs_sha256 is not None or cache_grade is not None))
+        # The grade cached under today's key, where there is one, must be the run's own; a run
+        # that recorded its key must match it, and for one that did not, that grade is the
+        # only proof.
+        same = cache_grade is None or _same_grade(cache_grade, header)
+        if settings.inputs_sha256 is not None:
+            bound = same and settings.inputs_sha256 == key
+        else:
+            bound = same and cache_grade is not None
         if not bound:
             raise HarnessError(f"{run_dir} was graded on other inputs (grader image, baseline, "
                                "reference or packet) than this checkout's",
@@ -886,7 +886,7 @@ def resume_oracle_strength(options: OracleStrengthOptions, run_dir: Path,
             raise HarnessError(f"{run_dir}'s mutants.json is not the sample its settings and "
                                "today's reference generate",
                                "run harness oracle-strength without --resume")
-        write_mutants(folder, mutants)
+        write_mutants(inputs.mutants, mutants)
         done = {m.id: m for m in partial.mutants}
         todo = [m for m in mutants if m.id not in done]
         # A mutant being graded when the run stopped left a log and maybe a folder: set aside,
