@@ -46,9 +46,6 @@ def tool_results(attempt: Path, name: str) -> list[dict[str, Any]]:
     return [e for e in session_events(attempt, "tool_result") if e["name"] == name]
 
 
-# --- host side, no container --------------------------------------------------------------
-
-
 # --- sessions, real containers -------------------------------------------------------------
 
 
