@@ -160,9 +160,24 @@ def launch_train(
 ) -> Run:
     """Run ``train.py`` of ``root`` (default: the graded tree) with ``nproc`` ranks as the
     candidate uid, outputs in ``job`` (default: a new job folder), logs under ``base/name``."""
-    root = root or workdir()
     job = job or sealed.job_dir(name)
-    argv = [sys.executable, "train.py", *args, "--out", str(job / "run")]
+    return _launch_run(name, base, [sys.executable, "train.py", *args, "--out", str(job / "run")],
+                       job, nproc=nproc, root=root or workdir(), timeout_s=timeout_s)
+
+
+def launch_api_defaults(name: str, base: Path, root: Path | None = None) -> Run:
+    """Train through the Python API at every default (``probes/api_defaults.py``: the package's
+    ``run(TrainConfig(out=...))``, cpu-1) in ``root`` (default: the graded tree)."""
+    job = sealed.job_dir(name)
+    return _launch_run(name, base, [sys.executable, str(probes_dir() / "api_defaults.py"),
+                                    str(job)],
+                       job, nproc=1, root=root or workdir(), timeout_s=QUALITY_RUN_TIMEOUT_S)
+
+
+def _launch_run(name: str, base: Path, argv: list[str], job: Path, *, nproc: int, root: Path,
+                timeout_s: float) -> Run:
+    """Launch ``argv`` in ``root``, a training run whose rank 0 writes ``job/run``'s summary
+    and final state."""
     expected = [job / "run" / "summary.json", job / "run" / "final_state.pt"]
     result = launch(argv, nproc=nproc, cwd=root, env=run_env(root), timeout_s=timeout_s,
                     log_dir=base / name / "logs", grace_s=10.0)
@@ -356,6 +371,18 @@ def baseline_cpu1(runs_dir: Path) -> Run:
                         ["--config", "cpu-1", "--steps", str(EQ_STEPS), "--save-every",
                          str(RESUME_AT), "--ckpt", str(job / "ckpt")], nproc=1, root=root,
                         job=job)
+
+
+@pytest.fixture(scope="session")
+def api_default_runs(runs_dir: Path) -> tuple[Run, Run]:
+    """(pristine baseline, graded tree) trained through the Python API at every default."""
+    root = baseline_dir()
+    if root is None:
+        base = Run(name="baseline-api-defaults", out=runs_dir / "baseline-api-defaults",
+                   skipped="GRADING_BASELINE is not set")
+    else:
+        base = launch_api_defaults("baseline-api-defaults", runs_dir, root=root)
+    return base, launch_api_defaults("candidate-api-defaults", runs_dir)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 # HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
-"""What the graded tree's source says, read as text by the judge: a module's docstring and the
-modules a tree imports.
+"""What the graded tree's source says, read as text by the judge: a module's docstring, the
+modules a tree imports, and a module's public definitions (signatures and defaults).
 
 HARNESS-CANARY-28102c7e-5a7f-45be-8e9f-78b56e313061
 Never copy this file (or anything under hidden/) into an agent's image, workspace or prompt.
@@ -116,3 +116,70 @@ def new_dependencies(root: Path, baseline: Path) -> tuple[dict[str, set[str]], l
     baseline_imports, _ = tree_imports(baseline)
     allowed |= set(baseline_imports)
     return {m: f for m, f in imports.items() if m not in allowed}, problems
+
+
+# Methods whose names start with an underscore but are part of how a class is called.
+CALLED_DUNDERS = {"__init__", "__post_init__", "__call__"}
+
+
+def _public(name: str) -> bool:
+    return not name.startswith("_") or name in CALLED_DUNDERS
+
+
+def _parameters(args: ast.arguments) -> str:
+    """A parameter list as text: names, kinds and default expressions (annotations left out)."""
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    defaults += list(args.defaults)
+    parts = [a.arg if d is None else f"{a.arg}={ast.unparse(d)}"
+             for a, d in zip(positional, defaults, strict=True)]
+    if args.posonlyargs:
+        parts.insert(len(args.posonlyargs), "/")
+    if args.vararg is not None:
+        parts.append(f"*{args.vararg.arg}")
+    elif args.kwonlyargs:
+        parts.append("*")
+    parts += [a.arg if d is None else f"{a.arg}={ast.unparse(d)}"
+              for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg is not None:
+        parts.append(f"**{args.kwarg.arg}")
+    return f"({', '.join(parts)})"
+
+
+def _assigned(node: ast.stmt) -> list[tuple[str, str]]:
+    """(name, value as text) of a plain or annotated assignment to names (no value: '')."""
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [(node.target.id, "" if node.value is None else ast.unparse(node.value))]
+    if isinstance(node, ast.Assign):
+        return [(t.id, ast.unparse(node.value)) for t in node.targets if isinstance(t, ast.Name)]
+    return []
+
+
+def public_signatures(path: Path) -> dict[str, str]:
+    """A module's public definitions as text, read by the parser (nothing runs): {name:
+    definition} for each top-level function and each method of a top-level class (parameters
+    and default expressions), each class's fields (its annotated class attributes with their
+    defaults, as a dataclass declares them) and each module-level assignment to a public name.
+    Raises ValueError when the file cannot be read or parsed."""
+    try:
+        tree = ast.parse(read_source(path), filename=path.name)
+        out: dict[str, str] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _public(node.name):
+                out[node.name] = _parameters(node.args)
+            elif isinstance(node, ast.ClassDef) and _public(node.name):
+                fields = []
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                            and _public(item.name):
+                        out[f"{node.name}.{item.name}"] = _parameters(item.args)
+                    elif isinstance(item, ast.AnnAssign):
+                        fields += [f"{name}={value}" if value else name
+                                   for name, value in _assigned(item)]
+                out[f"{node.name} fields"] = ", ".join(fields)
+            else:
+                out |= {name: value for name, value in _assigned(node) if _public(name)}
+        return out
+    except (OSError, SyntaxError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"{path.name} could not be parsed: {type(exc).__name__}: "
+                         f"{str(exc)[:200]}") from exc
