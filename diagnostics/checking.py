@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -253,9 +255,32 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
     if run["outcome"] != "ok":
         report.update(outcome=f"diagnostic_{run['outcome']}", cause=run["cause"])
     else:
-        left = max(30.0, wall_s - (time.monotonic() - started))
-        checked = check(Path(run["trace_dir"]), invariants, out / "check", left, overlap)
+        elapsed = time.monotonic() - started
+
+        def begun(part: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+            # When a part began, in seconds from the answer's start: the record of the overlap.
+            begin = round(time.monotonic() - started, 3)
+            return {**part(*args), "started_s": begin}
+
+        # The resume probe runs beside the check, not after it: the check reads only the
+        # traced run's finished trace and the probe only makes runs of its own, so neither
+        # sees the other, and the check's verdict cannot depend on timing (it is offline).
+        # The answer then costs the longer of the two instead of their sum (the session's
+        # container has two CPUs; the check is one single-threaded process). Both end
+        # within the answer's wall limit: the check has what is left of it, each of the
+        # probe's two runs half.
+        probing: Future[dict[str, Any]] | None = None
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            if resume_spec is not None:
+                probing = pool.submit(begun, _resume_part, src, out / "resume", config,
+                                      train_args, rules, resume_spec,
+                                      max(60.0, wall_s - elapsed) / 2, selective)
+            checked = begun(check, Path(run["trace_dir"]), invariants, out / "check",
+                            max(30.0, wall_s - elapsed), overlap)
+            part = probing.result() if probing is not None else None
         report["check"] = checked
+        if part is not None:
+            report["resume"] = part
         if checked["outcome"] != "ok":
             report.update(outcome=f"checker_{checked['outcome']}", cause=checked["cause"])
         else:
@@ -263,11 +288,7 @@ def diagnose(src: Path, out: Path, config: str, train_args: list[str], reference
             report.update(outcome="violations" if new else "no_new_violations", cause="",
                           new_violations=new,
                           control_violations_seen=len(checked["violations"]) - len(new))
-            if resume_spec is not None:
-                left = max(60.0, wall_s - (time.monotonic() - started))
-                part = _resume_part(src, out / "resume", config, train_args, rules,
-                                    resume_spec, left / 2, selective)
-                report["resume"] = part
+            if part is not None:
                 # Every frozen resume rule survived the healthy policy probes: no control.
                 new += part["violations"]
                 if new:

@@ -487,7 +487,7 @@ def render_for_model(config: str, report: DiagnosticReport, report_path: str,
     if cost.check_s:
         parts.append(f"check {cost.check_s:.1f} s")
     if cost.resume_s:
-        parts.append(f"resume probe {cost.resume_s:.1f} s")
+        parts.append(f"resume probe {cost.resume_s:.1f} s, beside the check")
     lines.append(f"Cost: {cost.total_s:.1f} s of diagnostic compute ({', '.join(parts)}), "
                  "counted against your time budget.")
     return "\n".join(lines)

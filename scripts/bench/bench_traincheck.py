@@ -13,7 +13,14 @@ lands on every side), and the ratio of medians is printed per configuration:
   frozen invariants, so only the functions they name dump records; the probe records no
   call): what the tool does where the configuration's collection is selective;
 - ``wrapped``: a traced run given an empty selection, not checked: every torch function
-  wrapped, nothing recorded but the sampled parameters, the floor of TrainCheck's collection.
+  wrapped, nothing recorded but the sampled parameters, the floor of TrainCheck's collection;
+- ``answer``: the agent's tool call itself (``python -m diagnostics diagnose``, collection and
+  liveness overlap as the frozen manifest says, the resume probe beside the check), timed
+  whole: what an answer costs now. ``full`` and ``selective`` sum their parts run one after
+  the other, as the tool did before the probe ran beside the check.
+
+The floor of an answer with the resume probe is printed too: the wrapped run plus the
+selective probe (whose two runs record no call), each launch paying TrainCheck's start-up.
 
 Usage: .venv/bin/python scripts/bench/bench_traincheck.py --task moe-router
        [--config cpu-1 --config gloo-ddp-2] [--reps 2]
@@ -25,12 +32,15 @@ import argparse
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from grading.packet import DiagnosticsSpec
 from harness.infra import images
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
     CPU_CONFIGURATIONS,
     SELECTIVE_LIVENESS_OVERLAP,
+    FrozenConfig,
     load_frozen,
     overlap_args,
     resume_check,
@@ -39,7 +49,7 @@ from harness.traincheck.reference import (
 )
 from harness.traincheck.variants import build_variants, task_files
 
-ARMS = ("plain", "full", "selective", "wrapped")
+ARMS = ("plain", "full", "selective", "wrapped", "answer")
 SELECTION = {"selective": "/workspace/ref.json", "wrapped": "/workspace/none.json"}
 PARTS = ("traced run", "check", "resume probe")
 
@@ -57,7 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         baseline = build_variants(files, Path(tmp), faults=False)[0]
         for config in args.config or list(CPU_CONFIGURATIONS):
-            _, frozen = load_frozen(files, config)
+            manifest, frozen = load_frozen(files, config)
             probing = frozen.resume_rules is not None and spec.resume is not None
             seconds: dict[str, dict[str, list[float]]] = {
                 arm: {part: [] for part in PARTS} for arm in ARMS}
@@ -68,8 +78,23 @@ def main() -> None:
                 box.sandbox.put_file("/workspace", "none.json", b"")
                 if frozen.resume_rules is not None:
                     box.sandbox.put_file("/workspace", "resume.json", frozen.resume_rules)
+                reference = "/workspace/reference"
+                for name, data in ((f"{config}.invariants.json", frozen.invariants),
+                                   (f"{config}.control.json", frozen.control),
+                                   (f"{config}.resume.json", frozen.resume_rules)):
+                    if data is not None:
+                        box.sandbox.put_file("/workspace", f"reference/{name}", data)
                 for rep in range(args.reps):
                     for arm in ARMS:
+                        if arm == "answer":
+                            answered = answer(box, tree, f"{RUNS}/answer-{rep}", config,
+                                              manifest.configs[config], spec, reference,
+                                              probing)
+                            assert answered["outcome"] in ("violations", "no_new_violations"), (
+                                answered["outcome"], answered.get("cause"))
+                            seconds[arm]["traced run"].append(answered["wall_s"])
+                            violations[arm].append(len(answered.get("new_violations") or []))
+                            continue
                         run = traced_run(box, tree, f"{RUNS}/{arm}-{rep}", config,
                                          spec.train_args(feature=False), spec.wall_s,
                                          traced=arm != "plain", selective=SELECTION.get(arm))
@@ -109,6 +134,30 @@ def main() -> None:
             wrapped = statistics.median(seconds["wrapped"]["traced run"])
             print(f"  wrapped   traced run recording no call {wrapped:.1f} s, "
                   f"{wrapped / plain:.1f}x (the floor of collection)")
+            if probing:
+                probe = statistics.median(seconds["selective"]["resume probe"])
+                print(f"  floor with the resume probe: wrapped run {wrapped:.1f} s + probe's "
+                      f"two runs recording no call {probe:.1f} s = {wrapped + probe:.1f} s, "
+                      f"{(wrapped + probe) / plain:.1f}x")
+            whole = statistics.median(seconds["answer"]["traced run"])
+            print(f"  answer    the tool's diagnose call, timed whole {whole:.1f} s, "
+                  f"{whole / plain:.1f}x; violations of the healthy baseline per rep "
+                  f"{violations['answer']}")
+
+
+def answer(box: DiagnosticsBox, tree: str, out: str, config: str, entry: FrozenConfig,
+           spec: DiagnosticsSpec, reference: str, probing: bool) -> dict[str, Any]:
+    """The agent's tool call: ``diagnose`` with the command line the tool builds."""
+    command = ["diagnose", "--src", tree, "--out", out, "--config", config,
+               "--reference", reference, "--wall-s", str(spec.wall_s)]
+    if probing:
+        assert spec.resume is not None
+        command += ["--resume-spec", spec.resume.model_dump_json()]
+    if entry.collection == "selective":
+        command.append("--selective")
+    command += overlap_args(entry.liveness_overlap)
+    return box.call([*command, "--", *spec.train_args(feature=False)],
+                    timeout_s=spec.wall_s + 300)
 
 
 if __name__ == "__main__":

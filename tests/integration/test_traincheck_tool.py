@@ -15,6 +15,7 @@ import yaml
 from diagnostics.checking import invariant_id
 from harness.agent.loop import build_system_prompt
 from harness.agent.toolsets import EXTRA_TOOLS, tools_for_arm
+from harness.agent.traincheck_tool import _last_json_line
 from harness.paths import REPO_ROOT
 from harness.records.attempt import TRANSCRIPT_NAME, read_record
 from harness.records.transcript import verify
@@ -129,6 +130,11 @@ def test_traincheck_finds_unsynchronised_experts_without_touching_the_workspace(
     assert details["report"] == "/tmp/traincheck/run-1/report.md"
     assert details["reference_uploaded"] is True
     assert details["diagnostics_s"] > 0 and details["collect_s"] > 0 and details["check_s"] > 0
+    # The resume probe began before the check ended: it runs beside the check.
+    raw = _last_json_line(Path(result["artifact"]))
+    check, resume = raw["check"], raw["resume"]
+    assert resume["outcome"] == "ok" and resume["n_checked"] > 0, resume
+    assert resume["started_s"] < check["started_s"] + check["wall_s"], (check, resume)
     assert Path(result["artifact"]).is_file()
 
     # The transcript verifies and the session's usage carries the diagnostic compute apart.

@@ -63,7 +63,7 @@ def test_the_resume_probe_is_said_with_its_rules_or_why_they_were_not_checked() 
     assert "- [ResumePreservation] state.rng.torch.digest is preserved by resume (first " \
            "fired at step 1, rank 1)" in checked
     assert "40 resume rules checked, 3 of them not triggered" in checked
-    assert "resume probe 30.0 s" in checked
+    assert "resume probe 30.0 s, beside the check" in checked
     # A probe that died leaves a violation found standing, and says its rules went unchecked.
     crash = {"outcome": "crash", "cause": "resumed run: rank 0 failed first (exit code 1)"}
     died = render_for_model("gloo-ddp-2", DiagnosticReport(
