@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from diagnostics.checking import invariant_id, render_report
 from grading.hashing import reference_tree_sha256
-from grading.packet import CUDA_CONFIGURATIONS, DiagnosticsSpec
+from grading.packet import CUDA_CONFIGURATIONS, DiagnosticsSpec, ResumeProbeSpec
 from harness.agent.tools import ToolError, ToolResult, ToolRunner
 from harness.errors import HarnessError
 from harness.records.packets import TaskPacket
@@ -270,15 +270,10 @@ class TraincheckTool:
         self.runs += 1
         out_dir = f"{RUNS_DIR}/run-{self.runs}"
         report_path = f"{out_dir}/report.md"
-        command = ["python", "-I", "-m", "diagnostics", "diagnose", "--src", "/workspace",
-                   "--out", out_dir, "--config", frozen.config, "--reference", REFERENCE_DIR,
-                   "--wall-s", f"{wall_s:.0f}"]
-        if frozen.resume_rules is not None and self.spec.resume is not None:
-            command += ["--resume-spec", self.spec.resume.model_dump_json()]
-        if frozen.selective:
-            command.append("--selective")
-        command += overlap_args(frozen.liveness_overlap)
-        command += ["--", *self.spec.train_args(feature=True)]
+        command = ["python", "-I", "-m", "diagnostics", *diagnose_args(
+            "/workspace", out_dir, frozen.config, REFERENCE_DIR, wall_s,
+            self.spec.resume if frozen.resume_rules is not None else None, frozen.selective,
+            frozen.liveness_overlap, self.spec.train_args(feature=True))]
         artifact = runner.artifact_path(f"traincheck-{frozen.config}")
         timeout = runner.ledger.bounded_timeout(wall_s + EXEC_MARGIN_S)
         # Not cut by the session's artifact allowance (the report is read from this output),
@@ -328,6 +323,20 @@ class TraincheckTool:
             exit_code=result.exit_code, timed_out=result.timed_out, duration_s=cost.total_s,
             output_bytes=result.output_bytes, output_truncated=False, artifact=str(artifact),
             kill=result.kill, details=details)
+
+
+def diagnose_args(src: str, out: str, config: str, reference: str, wall_s: float,
+                  resume: ResumeProbeSpec | None, selective: bool, overlap: float | None,
+                  train_args: list[str]) -> list[str]:
+    """The runner's ``diagnose`` arguments for one answer (after ``-m diagnostics``): the
+    tool's, and the bench's that times it."""
+    args = ["diagnose", "--src", src, "--out", out, "--config", config, "--reference",
+            reference, "--wall-s", f"{wall_s:.0f}"]
+    if resume is not None:
+        args += ["--resume-spec", resume.model_dump_json()]
+    if selective:
+        args.append("--selective")
+    return [*args, *overlap_args(overlap), "--", *train_args]
 
 
 def _last_json_line(artifact: Path) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from grading.packet import DiagnosticsSpec
+from harness.agent.traincheck_tool import diagnose_args
 from harness.infra import images
 from harness.traincheck.box import RUNS, DiagnosticsBox
 from harness.traincheck.reference import (
@@ -154,16 +155,11 @@ def main() -> None:
 
 def answer(box: DiagnosticsBox, tree: str, out: str, config: str, entry: FrozenConfig,
            spec: DiagnosticsSpec, reference: str, probing: bool) -> dict[str, Any]:
-    """The agent's tool call: ``diagnose`` with the command line the tool builds."""
-    command = ["diagnose", "--src", tree, "--out", out, "--config", config,
-               "--reference", reference, "--wall-s", str(spec.wall_s)]
-    if probing:
-        assert spec.resume is not None
-        command += ["--resume-spec", spec.resume.model_dump_json()]
-    if entry.collection == "selective":
-        command.append("--selective")
-    command += overlap_args(entry.liveness_overlap)
-    return box.call([*command, "--", *spec.train_args(feature=False)],
+    """The agent's tool call: ``diagnose`` with the arguments the tool builds."""
+    return box.call(diagnose_args(tree, out, config, reference, spec.wall_s,
+                                  spec.resume if probing else None,
+                                  entry.collection == "selective", entry.liveness_overlap,
+                                  spec.train_args(feature=False)),
                     timeout_s=spec.wall_s + 300)
 
 
